@@ -1,0 +1,33 @@
+# Two commands do all of the set-up on a fresh machine (Python 3.11):
+#   make demo   run the main job (the cute-shard command line) on an example
+#   make test   run the whole test suite
+# Both create .venv on first use. torch is pinned to 2.13.0: these machines serve a CPU wheel
+# for it, while an unpinned torch would pull several GB of CUDA packages.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: demo test bench lint clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/cute-shard layout '(8,16):(16,1)' --divide 4:1 --complement 128
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+bench: $(STAMP)
+	$(BIN)/python -m bench
+
+lint: $(STAMP)
+	$(BIN)/ruff check cute_shard tests property_tests bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis
