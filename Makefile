@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/cute-shard layout '(8,16):(16,1)' --divide 4:1 --complement 128
+	$(BIN)/cute-shard layout '(4,2,3):(2,1,8)' --complement 48 --compose '(4,3):(1,8)' --divide 4:2
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

@@ -54,9 +54,10 @@ from .inttuple import (
     suffix_product,
     unflatten,
 )
-from .layout import Layout, make_layout
+from .layout import Layout, concat, make_layout
 
 __all__ = [
+    "cache_clear",
     "IntTuple",
     "Layout",
     "Tiler",
@@ -64,6 +65,7 @@ __all__ = [
     "coalesce",
     "compact_col_major",
     "compact_row_major",
+    "concat",
     "complement",
     "composition",
     "congruent",
@@ -90,10 +92,5 @@ def cache_clear() -> None:
     """Empty every cache of the algebra (benchmarks and tests need cold calls)."""
     from . import algebra
 
-    for f in (
-        algebra._coalesce_flat,
-        algebra._merge_keep_last,
-        algebra._compose_leaf_flat,
-        algebra._complement_flat,
-    ):
-        f.cache_clear()
+    algebra._compose.cache_clear()
+    algebra._divide.cache_clear()

@@ -21,12 +21,13 @@ Worked examples (CuTe notation)::
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from functools import lru_cache
 from itertools import pairwise
 from typing import TypeAlias
 
-from .inttuple import IntTuple, ceil_div, is_int, product
-from .layout import Layout, make_layout
+from .inttuple import IntTuple, is_int, product
+from .layout import Layout, concat
 
 __all__ = [
     "Tiler",
@@ -42,6 +43,40 @@ __all__ = [
 
 # A tiler is a Layout, a size n (the layout n:1), or a tuple of tilers applied mode by mode.
 Tiler: TypeAlias = "Layout | int | tuple[Tiler, ...]"
+
+
+# --------------------------------------------------------------------------------------------
+# Internal form. The operations below work on flat leaf tuples and build one Layout per result:
+# on the propagation hot path, intermediate Layout objects are most of the cost.
+
+_ONE = Layout._trusted(1, 0, (1,), (0,))
+
+
+def _from_flat(shape: tuple[int, ...], stride: tuple[int, ...]) -> Layout:
+    if not shape:
+        return _ONE
+    if len(shape) == 1:
+        return Layout._trusted(shape[0], stride[0], shape, stride)
+    return Layout._trusted(shape, stride, shape, stride)
+
+
+def _coalesce_flat(
+    shape: tuple[int, ...], stride: tuple[int, ...]
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Drop size-1 leaves and merge ``(s0:d0, s1:d1)`` into ``s0*s1:d0`` when ``s0*d0 == d1``."""
+    if len(shape) == 1 and shape[0] != 1:
+        return shape, stride
+    out_s: list[int] = []
+    out_d: list[int] = []
+    for s, d in zip(shape, stride, strict=True):
+        if s == 1:
+            continue
+        if out_s and out_s[-1] * out_d[-1] == d:
+            out_s[-1] *= s
+        else:
+            out_s.append(s)
+            out_d.append(d)
+    return tuple(out_s), tuple(out_d)
 
 
 # --------------------------------------------------------------------------------------------
@@ -70,29 +105,8 @@ def coalesce(layout: Layout, profile: IntTuple | None = None) -> Layout:
             )
         modes = [coalesce(layout[i], p) for i, p in enumerate(profile)]
         modes += [layout[i] for i in range(len(profile), layout.rank)]
-        return make_layout(*modes)
-    shapes, strides = _coalesce_flat(layout.flat_shape, layout.flat_stride)
-    if not shapes:
-        return Layout._trusted(1, 0, (1,), (0,))
-    return Layout.from_flat(shapes, strides)
-
-
-@lru_cache(maxsize=4096)
-def _coalesce_flat(
-    shape: tuple[int, ...], stride: tuple[int, ...]
-) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """Drop size-1 leaves and merge ``(s0:d0, s1:d1)`` into ``s0*s1:d0`` when ``s0*d0 == d1``."""
-    out_s: list[int] = []
-    out_d: list[int] = []
-    for s, d in zip(shape, stride, strict=True):
-        if s == 1:
-            continue
-        if out_s and out_s[-1] * out_d[-1] == d:
-            out_s[-1] *= s
-        else:
-            out_s.append(s)
-            out_d.append(d)
-    return tuple(out_s), tuple(out_d)
+        return concat(modes)
+    return _from_flat(*_coalesce_flat(layout.flat_shape, layout.flat_stride))
 
 
 # --------------------------------------------------------------------------------------------
@@ -111,41 +125,54 @@ def composition(a: Layout, b: Tiler) -> Layout:
     that leaf; and what is left of ``s`` is a multiple of the part taken from the leaf.
     Otherwise ValueError names the failing condition.
     Post: ``R.size == B.size``; ``R(i) == A(B(i))`` for every ``0 <= i < B.size``; R's shape
-    has B's top-level structure (each leaf of B becomes a coalesced sub-layout).
+    has B's structure, each leaf of B becoming a coalesced sub-layout.
 
     Example: ``(6,2):(2,1) ∘ 3:2 = 3:4``.
     """
-    if isinstance(b, tuple):
-        if len(b) > a.rank:
-            raise ValueError(
-                f"composition: by-mode tiler has {len(b)} modes but layout {a} has rank {a.rank}"
-            )
-        modes = [composition(a[i], t) for i, t in enumerate(b)]
-        modes += [a[i] for i in range(len(b), a.rank)]
-        return make_layout(*modes)
-    if is_int(b):
-        b = Layout._trusted(b, 1, (b,), (1,))
-    elif not isinstance(b, Layout):
-        raise ValueError(f"composition: expected a Layout, an int or a tuple, got {b!r}")
-    a_shape, a_stride = _merge_keep_last(a.flat_shape, a.flat_stride)
-    if not isinstance(b.shape, tuple):
-        return _compose_leaf(a_shape, a_stride, b.shape, b.stride, a, b)
-    # B has modes: compose each leaf and rebuild B's nesting around the results.
-    leaves = iter(
-        _compose_leaf(a_shape, a_stride, s, d, a, b)
-        for s, d in zip(b.flat_shape, b.flat_stride, strict=True)
-    )
-    return _rebuild(b.shape, leaves)
-
-
-def _rebuild(profile: IntTuple, leaves: object) -> Layout:
-    """Nest the layouts of ``leaves`` (one per leaf of ``profile``) like ``profile``."""
-    if isinstance(profile, tuple):
-        return make_layout(*(_rebuild(p, leaves) for p in profile))
-    return next(leaves)  # type: ignore[call-overload, no-any-return]
+    if type(b) is not Layout:
+        if isinstance(b, tuple):
+            return _by_mode(a, b, composition, "composition")
+        b = _as_layout(b, "composition")
+    return _compose(a, b)
 
 
 @lru_cache(maxsize=4096)
+def _compose(a: Layout, b: Layout) -> Layout:
+    a_shape, a_stride = _merge_keep_last(a.flat_shape, a.flat_stride)
+    if type(b.shape) is int:
+        return _from_flat(*_compose_leaf(a_shape, a_stride, b.shape, b.stride, a, b))
+    # One coalesced sub-layout per leaf of B, nested like B.
+    leaf_shapes: list[IntTuple] = []
+    leaf_strides: list[IntTuple] = []
+    flat_shape: list[int] = []
+    flat_stride: list[int] = []
+    for s, d in zip(b.flat_shape, b.flat_stride, strict=True):
+        rs, rd = _compose_leaf(a_shape, a_stride, s, d, a, b)
+        if not rs:
+            rs, rd = (1,), (0,)
+        leaf_shapes.append(rs[0] if len(rs) == 1 else rs)
+        leaf_strides.append(rd[0] if len(rd) == 1 else rd)
+        flat_shape += rs
+        flat_stride += rd
+    if b.flat_shape is b.shape:  # B is flat: no nesting to rebuild
+        shape, stride = tuple(leaf_shapes), tuple(leaf_strides)
+    else:
+        shape = _nest(iter(leaf_shapes), b.shape)
+        stride = _nest(iter(leaf_strides), b.shape)
+    return Layout._trusted(shape, stride, tuple(flat_shape), tuple(flat_stride))
+
+
+def _nest(leaves: Iterator[IntTuple], profile: IntTuple) -> IntTuple:
+    """Nest ``leaves`` (one per leaf of ``profile``) the way ``profile`` is nested."""
+    out: list[IntTuple] = []
+    for p in profile:  # type: ignore[union-attr]
+        if type(p) is int:
+            out.append(next(leaves))
+        else:
+            out.append(_nest(leaves, p))
+    return tuple(out)
+
+
 def _merge_keep_last(
     shape: tuple[int, ...], stride: tuple[int, ...]
 ) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -157,6 +184,8 @@ def _merge_keep_last(
     """
     if not shape:
         return (1,), (0,)
+    if len(shape) == 1:
+        return shape, stride
     out_s: list[int] = []
     out_d: list[int] = []
     last = len(shape) - 1
@@ -172,31 +201,16 @@ def _merge_keep_last(
 
 
 def _compose_leaf(
-    a_shape: tuple[int, ...],
-    a_stride: tuple[int, ...],
-    s: int,
-    d: int,
-    a: Layout,
-    b: Layout,
-) -> Layout:
-    shapes, strides = _compose_leaf_flat(a_shape, a_stride, s, d)
-    if shapes is None:
-        raise ValueError(f"composition {a} ∘ {b} is not admissible: {strides}")
-    return coalesce(Layout.from_flat(shapes, strides))
-
-
-@lru_cache(maxsize=8192)
-def _compose_leaf_flat(
-    a_shape: tuple[int, ...], a_stride: tuple[int, ...], s: int, d: int
-) -> tuple[tuple[int, ...], tuple[int, ...]] | tuple[None, str]:
-    """``A ∘ s:d`` on flat leaves of A; ``(None, reason)`` when it is not admissible.
+    a_shape: tuple[int, ...], a_stride: tuple[int, ...], s: int, d: int, a: Layout, b: Layout
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """``A ∘ s:d`` on the flat leaves of A, coalesced; ValueError when not admissible.
 
     Walk A's leaves: a leaf of size ``n`` that the remaining stride ``d`` steps over entirely
     (``n`` divides ``d``) is skipped; otherwise the leaf contributes ``min(n/d, s)`` elements at
     stride ``d * stride_leaf`` and the walk continues with stride 1 in the next leaf.
     """
-    if d == 0:
-        return (s,), (0,)
+    if d == 0 or len(a_shape) == 1:
+        return _coalesce_flat((s,), (d * a_stride[0],))
     # A negative stride walks B backwards: compose with |d| and negate the resulting strides.
     sign = -1 if d < 0 else 1
     d = abs(d)
@@ -209,34 +223,29 @@ def _compose_leaf_flat(
             d //= n
             continue
         if d > n:
-            return None, (
-                f"stride divisibility: remaining stride {d} is neither a multiple of nor "
+            raise _inadmissible(
+                a, b, f"stride divisibility: remaining stride {d} is neither a multiple of nor "
                 f"smaller than size {n} of leaf {k}"
             )
         if s == 1:
             break
-        take = ceil_div(n, d)
-        if n % d != 0:
-            # d does not divide n: stepping by d wraps into the next leaf at an offset, which a
-            # layout cannot express unless every remaining element lies inside this leaf.
-            if take < s:
-                return None, (
-                    f"stride divisibility: stride {d} does not divide size {n} of leaf {k} "
-                    f"and {s} elements do not fit inside it"
-                )
-            out_s.append(s)
-            out_d.append(d * a_stride[k])
-            s, d = 1, 1
-            break
+        take = -(-n // d)
         if take >= s:
             out_s.append(s)
             out_d.append(d * a_stride[k])
-            s, d = 1, 1
+            s = 1
             break
+        if n % d != 0:
+            # d does not divide n: stepping by d wraps into the next leaf at an offset, which a
+            # layout cannot express unless every remaining element lies inside this leaf.
+            raise _inadmissible(
+                a, b, f"stride divisibility: stride {d} does not divide size {n} of leaf {k} "
+                f"and {s} elements do not fit inside it"
+            )
         if s % take != 0:
-            return None, (
-                f"shape divisibility: {take} elements fit in leaf {k} (size {n}, stride {d}) "
-                f"but {take} does not divide the remaining {s}"
+            raise _inadmissible(
+                a, b, f"shape divisibility: {take} elements fit in leaf {k} (size {n}, stride "
+                f"{d}) but {take} does not divide the remaining {s}"
             )
         out_s.append(take)
         out_d.append(d * a_stride[k])
@@ -246,8 +255,15 @@ def _compose_leaf_flat(
         out_s.append(s)
         out_d.append(d * a_stride[last])
     if not out_s:
-        out_s, out_d = [s], [d * a_stride[last]]
-    return tuple(out_s), tuple(sign * x for x in out_d)
+        out_s.append(s)
+        out_d.append(d * a_stride[last])
+    if sign < 0:
+        out_d = [-x for x in out_d]
+    return _coalesce_flat(tuple(out_s), tuple(out_d))
+
+
+def _inadmissible(a: Layout, b: Layout, why: str) -> ValueError:
+    return ValueError(f"composition {a} ∘ {b} is not admissible: {why}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -257,14 +273,14 @@ def _compose_leaf_flat(
 def complement(a: Layout, cotarget: IntTuple | None = None) -> Layout:
     """The layout of the indices ``A`` does not reach, up to ``cotarget``.
 
-    Pre: ``A`` is injective on its non-zero-stride, non-size-1 leaves, and sorting those leaves
-    by stride, each stride is a multiple of ``size * stride`` of the leaf before it (else
-    ValueError); ``cotarget`` is an int or a shape (its product is used), default
+    Pre: sorting A's leaves that have size > 1 and stride != 0 by stride, each stride is a
+    multiple of ``size * stride`` of the leaf before it (so A is injective and its gaps are a
+    layout; else ValueError); ``cotarget`` is an int or a shape (its product is used), default
     ``A.cosize``.
     Post: R's strides are increasing and R is injective; ``R(j)`` is never ``A(i)`` for
     ``(i, j) != (0, 0)``; the concatenation ``(A', R)`` of A's non-degenerate leaves with R is a
-    bijection onto ``[0, size(A') * size(R))`` and ``size(A') * size(R) >= cotarget``;
-    ``R.size == ceil(cotarget / size(A'))`` rounded up to whole tiles of A'.
+    bijection onto ``[0, N)`` where N is the smallest multiple of A's span (its largest leaf's
+    ``size * stride``) that is ``>= cotarget``.
 
     Example: ``complement((2,2):(1,6), 24) = (3,2):(2,12)``.
     """
@@ -274,34 +290,35 @@ def complement(a: Layout, cotarget: IntTuple | None = None) -> Layout:
         m = cotarget
     else:
         m = product(cotarget)
-    result = _complement_flat(a.flat_shape, a.flat_stride, m)
-    if isinstance(result[0], str):
-        raise ValueError(f"complement({a}, {m}) does not exist: {result[0]}")
-    shapes, strides = result
-    return coalesce(Layout.from_flat(shapes, strides))  # type: ignore[arg-type]
+    return _from_flat(*_complement_flat(a.flat_shape, a.flat_stride, m, a))
 
 
-@lru_cache(maxsize=4096)
 def _complement_flat(
-    shape: tuple[int, ...], stride: tuple[int, ...], cotarget: int
-) -> tuple[tuple[int, ...], tuple[int, ...]] | tuple[str, None]:
-    modes = sorted((d, s) for s, d in zip(shape, stride, strict=True) if s != 1 and d != 0)
+    shape: tuple[int, ...], stride: tuple[int, ...], cotarget: int, a: Layout | None = None
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Coalesced flat leaves of ``complement``; ValueError when it does not exist."""
+    if len(shape) == 1:  # the common case: a single leaf
+        modes = [(stride[0], shape[0])] if shape[0] != 1 and stride[0] != 0 else []
+    else:
+        modes = sorted((d, s) for s, d in zip(shape, stride, strict=True) if s != 1 and d != 0)
     out_s: list[int] = []
     out_d: list[int] = []
-    reached = 1  # one past the largest contiguous block covered so far, in units of index
+    reached = 1  # the extent covered so far by A's smaller leaves and the gaps between them
     for d, s in modes:
         if d % reached != 0:
-            return (
-                f"stride {d} is not a multiple of {reached}, the extent of the smaller modes "
-                f"(the layout is not injective or leaves gaps a layout cannot fill)",
-                None,
+            who = a if a is not None else _from_flat(shape, stride)
+            raise ValueError(
+                f"complement({who}, {cotarget}) does not exist: stride {d} is not a multiple "
+                f"of {reached}, the extent of the smaller modes (the layout is not injective "
+                "or leaves gaps a layout cannot fill)"
             )
-        out_s.append(d // reached)
-        out_d.append(reached)
+        if d != reached:
+            out_s.append(d // reached)
+            out_d.append(reached)
         reached = s * d
-    out_s.append(ceil_div(cotarget, reached))
+    out_s.append(-(-cotarget // reached))
     out_d.append(reached)
-    return tuple(out_s), tuple(out_d)
+    return _coalesce_flat(tuple(out_s), tuple(out_d))
 
 
 # --------------------------------------------------------------------------------------------
@@ -316,16 +333,30 @@ def logical_divide(a: Layout, tiler: Tiler) -> Layout:
     "which tile" (for a Shard: the mesh coordinate).
 
     Pre: ``complement(B, size(A))`` exists and the composition is admissible (else ValueError).
-    Post: ``R == composition(A, make_layout(B, complement(B, size(A))))``; ``R.size ==
-    A.size`` when B's tiles cover A exactly; ``R(t, r) == A(B(t) + C(r))`` with C the
-    complement.
+    Post: ``R == composition(A, make_layout(B, complement(B, size(A))))``;
+    ``R(t, r) == A(B(t) + C(r))`` with C the complement, for every tile coordinate t and rest
+    coordinate r.
 
     Example: ``logical_divide((8,4):(4,1), 2:1) = (2,(4,4)):(4,(8,1))``.
     """
-    if isinstance(tiler, tuple):
-        return _by_mode(a, tiler, logical_divide, "logical_divide")
-    b = _as_layout(tiler, "logical_divide")
-    return composition(a, make_layout(b, complement(b, a.size)))
+    if type(tiler) is not Layout:
+        if isinstance(tiler, tuple):
+            return _by_mode(a, tiler, logical_divide, "logical_divide")
+        tiler = _as_layout(tiler, "logical_divide")
+    return _divide(a, tiler)
+
+
+@lru_cache(maxsize=4096)
+def _divide(a: Layout, b: Layout) -> Layout:
+    cs, cd = _complement_flat(b.flat_shape, b.flat_stride, a.size, b)
+    if not cs:
+        cs, cd = (1,), (0,)
+    c_shape = cs[0] if len(cs) == 1 else cs
+    c_stride = cd[0] if len(cd) == 1 else cd
+    tile_and_rest = Layout._trusted(
+        (b.shape, c_shape), (b.stride, c_stride), b.flat_shape + cs, b.flat_stride + cd
+    )
+    return _compose(a, tile_and_rest)
 
 
 def zipped_divide(a: Layout, tiler: Tiler) -> Layout:
@@ -335,7 +366,8 @@ def zipped_divide(a: Layout, tiler: Tiler) -> Layout:
     ``((tile_0, ..., tile_k-1), (rest_0, ..., rest_k-1, modes of A past k...))``.
 
     Pre: as logical_divide; tiler elements are Layouts or ints (no nested tuples).
-    Post: ``R(( t ), ( r )) == logical_divide(A, tiler)`` at the unzipped coordinates.
+    Post: ``R[0][i] == logical_divide(A, tiler)[i][0]`` and ``R[1][i] ==
+    logical_divide(A, tiler)[i][1]`` for ``i < k``; ``R[1][k + j] == A[k + j]``.
 
     Example: ``zipped_divide((4,6):(6,1), (2,3)) = ((2,3),(2,2)):((6,1),(12,3))``.
     """
@@ -347,7 +379,7 @@ def zipped_divide(a: Layout, tiler: Tiler) -> Layout:
     k = len(tiler)
     tiles = [divided[i][0] for i in range(k)]
     rests = [divided[i][1] for i in range(k)] + [divided[i] for i in range(k, divided.rank)]
-    return make_layout(make_layout(*tiles), make_layout(*rests))
+    return concat([concat(tiles), concat(rests)])
 
 
 def logical_product(a: Layout, b: Tiler) -> Layout:
@@ -361,26 +393,31 @@ def logical_product(a: Layout, b: Tiler) -> Layout:
 
     Example: ``logical_product((2,2):(4,1), 6:1) = ((2,2),(2,3)):((4,1),(2,8))``.
     """
-    if isinstance(b, tuple):
-        return _by_mode(a, b, logical_product, "logical_product")
-    bl = _as_layout(b, "logical_product")
-    return make_layout(a, composition(complement(a, a.size * bl.cosize), bl))
+    if type(b) is not Layout:
+        if isinstance(b, tuple):
+            return _by_mode(a, b, logical_product, "logical_product")
+        b = _as_layout(b, "logical_product")
+    return concat([a, _compose(complement(a, a.size * b.cosize), b)])
 
 
-def _by_mode(a: Layout, tiler: tuple[Tiler, ...], op: object, name: str) -> Layout:
+def _by_mode(
+    a: Layout, tiler: tuple[Tiler, ...], op: Callable[[Layout, Tiler], Layout], name: str
+) -> Layout:
     if len(tiler) > a.rank:
-        raise ValueError(f"{name}: by-mode tiler has {len(tiler)} modes, layout {a} has {a.rank}")
-    modes = [op(a[i], t) for i, t in enumerate(tiler)]  # type: ignore[operator]
+        raise ValueError(
+            f"{name}: by-mode tiler has {len(tiler)} modes but layout {a} has rank {a.rank}"
+        )
+    modes = [op(a[i], t) for i, t in enumerate(tiler)]
     modes += [a[i] for i in range(len(tiler), a.rank)]
-    return make_layout(*modes)
+    return concat(modes)
 
 
 def _as_layout(t: Tiler, name: str) -> Layout:
     if isinstance(t, Layout):
         return t
-    if is_int(t):
+    if is_int(t) and t >= 0:  # type: ignore[operator]
         return Layout._trusted(t, 1, (t,), (1,))  # type: ignore[arg-type]
-    raise ValueError(f"{name}: expected a Layout, an int or a tuple of them, got {t!r}")
+    raise ValueError(f"{name}: expected a Layout, a size >= 0 or a tuple of them, got {t!r}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -415,8 +452,8 @@ def right_inverse(a: Layout) -> Layout:
         out_d.append(colex[k] if stride[k] > 0 else -colex[k])
         want *= shape[k]
     if not out_s:
-        return Layout._trusted(1, 0, (1,), (0,))
-    return Layout.from_flat(tuple(out_s), tuple(out_d))
+        return _ONE
+    return _from_flat(tuple(out_s), tuple(out_d))
 
 
 def left_inverse(a: Layout) -> Layout:
@@ -435,7 +472,7 @@ def left_inverse(a: Layout) -> Layout:
     c = coalesce(a)
     shape, stride = c.flat_shape, c.flat_stride
     if c.size == 1:
-        return Layout._trusted(1, 0, (1,), (0,))
+        return _ONE
     colex = [1] * len(shape)
     for k in range(1, len(shape)):
         colex[k] = colex[k - 1] * shape[k - 1]
@@ -459,4 +496,4 @@ def left_inverse(a: Layout) -> Layout:
     d, s, col = modes[-1]
     out_s.append(s)
     out_d.append(col)
-    return coalesce(Layout.from_flat(tuple(out_s), tuple(out_d)))
+    return _from_flat(*_coalesce_flat(tuple(out_s), tuple(out_d)))

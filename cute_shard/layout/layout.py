@@ -25,7 +25,10 @@ from .inttuple import IntTuple, flatten, is_int, parse_inttuple, prefix_product
 __all__ = ["Layout", "make_layout"]
 
 
-@dataclass(frozen=True, slots=True)
+_set = object.__setattr__
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class Layout:
     """An immutable, hashable CuTe layout ``shape:stride``.
 
@@ -37,15 +40,31 @@ class Layout:
     shape: IntTuple
     stride: IntTuple
     # Flattened leaves, computed once: every algebra operation works on these.
-    flat_shape: tuple[int, ...] = field(init=False, repr=False, compare=False)
-    flat_stride: tuple[int, ...] = field(init=False, repr=False, compare=False)
+    flat_shape: tuple[int, ...] = field(repr=False, compare=False)
+    flat_stride: tuple[int, ...] = field(repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        flat_shape: list[int] = []
-        flat_stride: list[int] = []
-        _collect(self.shape, self.stride, flat_shape, flat_stride, self)
-        object.__setattr__(self, "flat_shape", tuple(flat_shape))
-        object.__setattr__(self, "flat_stride", tuple(flat_stride))
+    def __init__(self, shape: IntTuple, stride: IntTuple) -> None:
+        # Fast paths for the two common forms (an int mode, a flat tuple); else a full walk.
+        if type(shape) is int and type(stride) is int and shape >= 0:
+            flat_shape: tuple[int, ...] = (shape,)
+            flat_stride: tuple[int, ...] = (stride,)
+        elif (
+            type(shape) is tuple
+            and type(stride) is tuple
+            and len(shape) == len(stride)
+            and all(type(x) is int and x >= 0 for x in shape)
+            and all(type(x) is int for x in stride)
+        ):
+            flat_shape, flat_stride = shape, stride
+        else:
+            fs: list[int] = []
+            fd: list[int] = []
+            _collect(shape, stride, fs, fd)
+            flat_shape, flat_stride = tuple(fs), tuple(fd)
+        _set(self, "shape", shape)
+        _set(self, "stride", stride)
+        _set(self, "flat_shape", flat_shape)
+        _set(self, "flat_stride", flat_stride)
 
     @classmethod
     def _trusted(
@@ -57,10 +76,10 @@ class Layout:
     ) -> Layout:
         """Build without validation: for algebra results that are valid by construction."""
         self = object.__new__(cls)
-        object.__setattr__(self, "shape", shape)
-        object.__setattr__(self, "stride", stride)
-        object.__setattr__(self, "flat_shape", flat_shape)
-        object.__setattr__(self, "flat_stride", flat_stride)
+        _set(self, "shape", shape)
+        _set(self, "stride", stride)
+        _set(self, "flat_shape", flat_shape)
+        _set(self, "flat_stride", flat_stride)
         return self
 
     @classmethod
@@ -111,7 +130,10 @@ class Layout:
             if i in (0, -1):
                 return self
             raise IndexError(f"mode {i} out of range for rank-1 layout {self}")
-        return Layout(self.shape[i], self.stride[i])
+        s, d = self.shape[i], self.stride[i]
+        if type(s) is int:
+            return Layout._trusted(s, d, (s,), (d,))
+        return Layout._trusted(s, d, flatten(s), flatten(d))
 
     def __call__(self, *crd: IntTuple) -> int:
         """``L(i)`` for a flat index, ``L(c)`` for a coordinate, ``L(c0, c1, ...)`` for modes."""
@@ -138,16 +160,10 @@ def make_layout(*args: IntTuple | Layout, stride: IntTuple | None = None) -> Lay
     per argument: ``make_layout(Layout(2, 3), Layout(4, 1)) == Layout((2, 4), (3, 1))`` (a
     single layout becomes a rank-1 tuple layout, as in CuTe).
     """
-    if args and all(isinstance(a, Layout) for a in args):
+    if args and all(type(a) is Layout for a in args):
         if stride is not None:
             raise ValueError("make_layout: pass either a shape (and stride) or layouts, not both")
-        layouts: tuple[Layout, ...] = args  # type: ignore[assignment]
-        return Layout._trusted(
-            tuple(a.shape for a in layouts),
-            tuple(a.stride for a in layouts),
-            tuple(s for a in layouts for s in a.flat_shape),
-            tuple(d for a in layouts for d in a.flat_stride),
-        )
+        return concat(args)  # type: ignore[arg-type]
     if len(args) != 1 or isinstance(args[0], Layout):
         raise ValueError(
             f"make_layout: expected one shape or only Layouts, got {len(args)} arguments"
@@ -156,9 +172,18 @@ def make_layout(*args: IntTuple | Layout, stride: IntTuple | None = None) -> Lay
     return Layout(shape, prefix_product(shape) if stride is None else stride)
 
 
-def _collect(
-    shape: IntTuple, stride: IntTuple, out_s: list[int], out_d: list[int], who: object
-) -> None:
+def concat(layouts: tuple[Layout, ...] | list[Layout]) -> Layout:
+    """The layout with one mode per element of ``layouts`` (``make_layout(*layouts)``)."""
+    shape, stride, flat_shape, flat_stride = [], [], [], []
+    for a in layouts:
+        shape.append(a.shape)
+        stride.append(a.stride)
+        flat_shape += a.flat_shape
+        flat_stride += a.flat_stride
+    return Layout._trusted(tuple(shape), tuple(stride), tuple(flat_shape), tuple(flat_stride))
+
+
+def _collect(shape: IntTuple, stride: IntTuple, out_s: list[int], out_d: list[int]) -> None:
     """Check congruence and value types while gathering the leaves of shape and stride."""
     if isinstance(shape, tuple):
         if not isinstance(stride, tuple) or len(stride) != len(shape):
@@ -167,7 +192,7 @@ def _collect(
                 f"{_fmt_any(shape)}; give one stride per shape leaf, nested the same way"
             )
         for s, d in zip(shape, stride, strict=True):
-            _collect(s, d, out_s, out_d, who)
+            _collect(s, d, out_s, out_d)
         return
     if isinstance(stride, tuple):
         raise ValueError(
