@@ -57,17 +57,17 @@ from .inttuple import (
 from .layout import Layout, concat, make_layout
 
 __all__ = [
-    "cache_clear",
     "IntTuple",
     "Layout",
     "Tiler",
+    "cache_clear",
     "ceil_div",
     "coalesce",
     "compact_col_major",
     "compact_row_major",
-    "concat",
     "complement",
     "composition",
+    "concat",
     "congruent",
     "crd2idx",
     "depth",
