@@ -141,19 +141,29 @@ def _compose(a: Layout, b: Layout) -> Layout:
     a_shape, a_stride = _merge_keep_last(a.flat_shape, a.flat_stride)
     if type(b.shape) is int:
         return _from_flat(*_compose_leaf(a_shape, a_stride, b.shape, b.stride, a, b))
-    # One coalesced sub-layout per leaf of B, nested like B.
+    # One coalesced sub-layout per leaf of B, nested like B. That is A∘B only if A adds up
+    # over B's leaves, A(x + y) == A(x) + A(y): ``usage`` collects, per leaf of A, the largest
+    # digit each B leaf puts there, and their sum must not carry into the next leaf.
     leaf_shapes: list[IntTuple] = []
     leaf_strides: list[IntTuple] = []
     flat_shape: list[int] = []
     flat_stride: list[int] = []
+    usage = [0] * len(a_shape)
     for s, d in zip(b.flat_shape, b.flat_stride, strict=True):
-        rs, rd = _compose_leaf(a_shape, a_stride, s, d, a, b)
+        rs, rd = _compose_leaf(a_shape, a_stride, s, d, a, b, usage)
         if not rs:
             rs, rd = (1,), (0,)
         leaf_shapes.append(rs[0] if len(rs) == 1 else rs)
         leaf_strides.append(rd[0] if len(rd) == 1 else rd)
         flat_shape += rs
         flat_stride += rd
+    for k in range(len(a_shape) - 1):
+        if usage[k] >= a_shape[k]:
+            raise _inadmissible(
+                a, b, f"carry: B's modes together reach digit {usage[k]} of leaf {k} of size "
+                f"{a_shape[k]}, so A is not additive over them and A∘B is no composition of "
+                "B's modes"
+            )
     if b.flat_shape is b.shape:  # B is flat: no nesting to rebuild
         shape, stride = tuple(leaf_shapes), tuple(leaf_strides)
     else:
@@ -201,19 +211,31 @@ def _merge_keep_last(
 
 
 def _compose_leaf(
-    a_shape: tuple[int, ...], a_stride: tuple[int, ...], s: int, d: int, a: Layout, b: Layout
+    a_shape: tuple[int, ...],
+    a_stride: tuple[int, ...],
+    s: int,
+    d: int,
+    a: Layout,
+    b: Layout,
+    usage: list[int] | None = None,
 ) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """``A ∘ s:d`` on the flat leaves of A, coalesced; ValueError when not admissible.
 
     Walk A's leaves: a leaf of size ``n`` that the remaining stride ``d`` steps over entirely
     (``n`` divides ``d``) is skipped; otherwise the leaf contributes ``min(n/d, s)`` elements at
-    stride ``d * stride_leaf`` and the walk continues with stride 1 in the next leaf.
+    stride ``d * stride_leaf`` and the walk continues with stride 1 in the next leaf. With
+    ``usage``, the largest digit placed in each leaf of A (but the last) is added to it.
     """
     if d == 0 or len(a_shape) == 1:
         return _coalesce_flat((s,), (d * a_stride[0],))
     # A negative stride walks B backwards: compose with |d| and negate the resulting strides.
     sign = -1 if d < 0 else 1
     d = abs(d)
+    if sign < 0 and usage is not None:
+        raise _inadmissible(
+            a, b, "a negative stride in a B of several modes over an A of several leaves "
+            "(whether A adds up over B's modes is not decided for backward walks)"
+        )
     out_s: list[int] = []
     out_d: list[int] = []
     last = len(a_shape) - 1
@@ -233,6 +255,8 @@ def _compose_leaf(
         if take >= s:
             out_s.append(s)
             out_d.append(d * a_stride[k])
+            if usage is not None:
+                usage[k] += (s - 1) * d
             s = 1
             break
         if n % d != 0:
@@ -249,6 +273,8 @@ def _compose_leaf(
             )
         out_s.append(take)
         out_d.append(d * a_stride[k])
+        if usage is not None:
+            usage[k] += (take - 1) * d
         s //= take
         d = 1
     else:

@@ -155,3 +155,23 @@ def test_tiler_errors() -> None:
         logical_divide(P("6:1"), "2")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="nested"):
         zipped_divide(P("(4,6):(6,1)"), ((2,), 3))
+
+
+@pytest.mark.parametrize(
+    ("op", "a", "b"),
+    [
+        # Found by the CuTe DSL differential tests: composing B leaf by leaf is A∘B only when
+        # A adds up over B's leaves (no carry between them). The DSL returns wrong layouts here.
+        (composition, "(3,2):(2,1)", "(2,2):(1,2)"),
+        (composition, "(2,2):(2,1)", "(2,2):(1,1)"),
+        (composition, "(2,2):(1,0)", "(2,2):(1,1)"),
+        (composition, "(3,1):(0,1)", "(3,2):(1,1)"),
+        (logical_divide, "(6,1):(1,1)", "4:1"),
+        (logical_divide, "(5,1):(0,1)", "2:1"),
+        (logical_product, "2:2", "(2,2):(1,1)"),
+        (logical_product, "2:5", "(2,2):(4,1)"),
+    ],
+)
+def test_carry_between_modes_of_b_is_rejected(op: object, a: str, b: str) -> None:
+    with pytest.raises(ValueError, match="carry"):
+        op(P(a), P(b))  # type: ignore[operator]
