@@ -1,0 +1,689 @@
+"""Rule builders: one function per view-op family, each returning a ``Rule``.
+
+Every builder returns the same rule as torch 2.13's
+``torch.distributed.tensor._ops._view_ops`` builder for that op (``dim_maps`` /
+``view_groups``) after :func:`cute_shard.rules.torch_compat.to_torch`, except
+where torch's builder is wrong or crashes on legal input; those cases (listed
+in the package docstring) get a correct rule or a clean ``ValueError``.
+
+Argument conventions follow torch's builders: ops that only permute or pad
+dims take ``ndim``; ops whose rule depends on sizes take the input ``shape``.
+Dims may be negative (normalised like ``torch``); sizes may be ``-1`` where the
+op infers them (view/reshape/unflatten target sizes, expand's ``shape``).
+Bad arguments raise ``ValueError`` naming the argument and the fix.
+
+Sizes may be ``torch.SymInt``: decisions go through ``decide_eq`` /
+``decide_gt`` (``statically_known_true`` in both polarities), so no guard is
+ever installed, and an undecidable comparison raises
+:class:`~cute_shard.rules.UndecidableRule`.
+
+Speed: rules are built on the sharding-propagation hot path.  Shape arguments
+are normalised to int tuples once; all-int calls of the size-dependent
+builders hit a bounded ``lru_cache``, and ``view_groups`` misses run a flat,
+int-specialised loop with running products (no recursion, no re-multiplying).
+
+Worked example -- ``x.view(4, 6)`` for ``x`` of shape ``(2, 3, 4)``::
+
+    from (2, 3, 4), to (4, 6): no prefix of either side matches, so the whole
+    input is one group  flat(d0,d1,d2)  re-split as (4, 6):
+
+    >>> from cute_shard.rules import format_rule, view_groups
+    >>> format_rule(view_groups((2, 3, 4), (4, 6)))
+    '(split(flat(d0,d1,d2), (4,6), 0), split(flat(d0,d1,d2), (4,6), 1))'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import lru_cache
+
+from ._sym import Size, as_dim, as_size, decide_eq, decide_gt, is_symint
+from .specs import (
+    _INPUT_DIMS,
+    SINGLETON,
+    Broadcast,
+    DimSpec,
+    Flatten,
+    InputDim,
+    NewDim,
+    Repeat,
+    Rule,
+    Split,
+    _flatten_raw,
+    _split_raw,
+)
+
+__all__ = [
+    "atleast_1d",
+    "atleast_2d",
+    "atleast_3d",
+    "broadcast_to",
+    "cache_clear",
+    "expand",
+    "flatten",
+    "movedim",
+    "permute",
+    "ravel",
+    "repeat",
+    "squeeze",
+    "t",
+    "tile",
+    "transpose",
+    "unflatten",
+    "unsqueeze",
+    "view_as_complex",
+    "view_as_real",
+    "view_groups",
+]
+
+_CACHE_SIZE = 4096
+
+ShapeArg = Sequence[Size] | Size
+DimsArg = Sequence[int] | int
+
+_D = InputDim.new  # interned InputDim constructor
+
+
+# ---------------------------------------------------------------------------
+# Argument normalisation
+# ---------------------------------------------------------------------------
+
+
+def _sizes(
+    x: object, op: str, arg: str, *, allow_minus_one: bool = False
+) -> tuple[tuple[Size, ...], bool]:
+    """Normalise a shape argument to a tuple; also report whether it is all ints.
+
+    The common case (a tuple/torch.Size/list of valid ints) costs one pass of
+    type checks; anything else goes through ``as_size`` for conversion and
+    error reporting.
+    """
+    if type(x) is tuple:
+        t = x
+    elif isinstance(x, Sequence) and not isinstance(x, str):
+        t = tuple(x)
+    elif type(x) is int or is_symint(x):
+        t = (x,)  # torch accepts view(6) / expand(6) / repeat(2)
+    else:
+        raise ValueError(
+            f"{op}: {arg} must be a sequence of sizes, got {x!r} of type "
+            f"{type(x).__name__}; fix: pass a tuple of ints"
+        )
+    for s in t:
+        if type(s) is not int or (s < 0 and not (allow_minus_one and s == -1)):
+            break
+    else:
+        return t, True
+    t = tuple(as_size(s, op, arg, allow_minus_one=allow_minus_one) for s in t)
+    return t, all(type(s) is int for s in t)
+
+
+def _ndim(ndim: object, op: str) -> int:
+    if type(ndim) is not int or ndim < 0:
+        raise ValueError(
+            f"{op}: ndim must be an int >= 0, got {ndim!r}; fix: pass the input tensor's ndim"
+        )
+    return ndim
+
+
+def _dim_list(dims: object, op: str, arg: str) -> tuple[object, ...]:
+    if isinstance(dims, Sequence) and not isinstance(dims, str):
+        return tuple(dims)
+    if type(dims) is int or hasattr(type(dims), "__index__"):
+        return (dims,)
+    raise ValueError(
+        f"{op}: {arg} must be an int or a sequence of ints, got {dims!r}; fix: pass dim indices"
+    )
+
+
+def _no_repeats(dims: Sequence[int], op: str, arg: str) -> None:
+    seen: set[int] = set()
+    for d in dims:
+        if d in seen:
+            raise ValueError(
+                f"{op}: dim {d} appears more than once in {arg}; "
+                "expected distinct dims; fix: remove the duplicate"
+            )
+        seen.add(d)
+
+
+def _prod(sizes: Sequence[Size]) -> Size:
+    p: Size = 1
+    for s in sizes:
+        p = p * s
+    return p
+
+
+def _infer(total: Size, sizes: tuple[Size, ...], op: str, arg: str) -> tuple[Size, ...]:
+    """Replace a single ``-1`` in ``sizes`` so that ``prod(sizes) == total``."""
+    infer_at = -1
+    known: Size = 1
+    for i, s in enumerate(sizes):
+        if type(s) is int and s == -1:
+            if infer_at >= 0:
+                raise ValueError(
+                    f"{op}: {arg}={sizes} has more than one -1; expected at most one "
+                    "inferred size; fix: give all but one size explicitly"
+                )
+            infer_at = i
+        else:
+            known = known * s
+    if infer_at < 0:
+        if not decide_eq(known, total, op):
+            raise ValueError(
+                f"{op}: {arg}={sizes} has {known} elements but the input has {total}; "
+                "expected equal element counts; fix: make the sizes multiply to the input numel"
+            )
+        return sizes
+    if decide_eq(known, 0, op):
+        raise ValueError(
+            f"{op}: {arg}={sizes} has a -1 next to a 0 size, so the inferred size is "
+            "ambiguous; fix: give the size explicitly instead of -1"
+        )
+    if not decide_eq(total % known, 0, op):
+        raise ValueError(
+            f"{op}: {arg}={sizes}: the input numel {total} is not divisible by {known}, "
+            "so -1 cannot be inferred; fix: make the explicit sizes divide the input numel"
+        )
+    return (*sizes[:infer_at], total // known, *sizes[infer_at + 1 :])
+
+
+# ---------------------------------------------------------------------------
+# view / reshape / _unsafe_view / view_copy
+# ---------------------------------------------------------------------------
+
+
+def _emit_group(out: list[DimSpec], src: DimSpec, group: tuple[Size, ...], op: str) -> None:
+    """Append the specs of one output group: ``src`` split into ``group``.
+
+    Equivalent to ``Split.new(src, group, i)`` for each ``i`` but computes the
+    size-1-free group once instead of per piece.
+    """
+    if len(group) == 1:
+        out.append(src)
+        return
+    is_one = [decide_eq(s, 1, op) for s in group]
+    kept = tuple(s for s, one in zip(group, is_one, strict=True) if not one)
+    k = 0
+    for one in is_one:
+        if one:
+            out.append(SINGLETON)
+        elif len(kept) == 1:
+            out.append(src)
+        else:
+            out.append(Split(src, kept, k))
+            k += 1
+
+
+def _infer_int(total: int, sizes: tuple[int, ...]) -> tuple[int, ...]:
+    # Fast int-only check of the common cases; anything unusual (a -1, a
+    # mismatch) defers to _infer for inference and the error messages.
+    known = 1
+    for s in sizes:
+        known *= s
+    if known == total and -1 not in sizes:
+        return sizes
+    return _infer(total, sizes, "view_groups", "to_shape")  # type: ignore[return-value]
+
+
+@lru_cache(maxsize=_CACHE_SIZE)
+def _view_groups_int(from_shape: tuple[int, ...], to_shape: tuple[int, ...]) -> Rule:
+    # Int-only twin of _view_groups_sym with comparisons inlined and specs
+    # built unchecked (their invariants hold by construction here); keep the
+    # two in step -- tests check they agree on ints.
+    total = 1
+    for s in from_shape:
+        total *= s
+    to = _infer_int(total, to_shape)
+    out: list[DimSpec] = []
+    append = out.append
+    dtab = _INPUT_DIMS
+    nf = len(from_shape)
+    nt = len(to)
+    fi = ti = 0
+    while fi < nf or ti < nt:
+        f0, t0 = fi, ti
+        if fi < nf:
+            f = from_shape[fi]
+            fi += 1
+        else:
+            f = 1
+        if ti < nt:
+            t = to[ti]
+            ti += 1
+        else:
+            t = 1
+        if f == 1 and t != 1:
+            if fi == f0:
+                # Input exhausted but an output size != 1 remains: only possible
+                # when numel == 0 (torch's view_groups loops forever here).
+                append(NewDim.new(t))
+            else:
+                ti = t0  # a size-1 input dim maps to nothing; retry t
+            continue
+        if t == 1 and f != 1:
+            if ti != t0:
+                fi = f0  # a new size-1 output dim; retry f
+                append(SINGLETON)
+            # else: output exhausted with a leftover input dim (numel == 0 only;
+            # torch loops forever): the dim is dropped.
+            continue
+        while f != t:
+            if fi < nf and (ti >= nt or t > f or t == 0):
+                f *= from_shape[fi]
+                fi += 1
+            elif ti < nt:
+                t *= to[ti]
+                ti += 1
+            else:
+                break
+        if ti == t0:
+            continue  # trailing size-1 input dims: nothing to emit
+        src: DimSpec
+        if fi - f0 == 1:
+            src = (dtab[f0] if f0 < 64 else InputDim(f0)) if from_shape[f0] != 0 else SINGLETON
+        else:
+            # Size-0 input dims are left out of the flatten, as torch does.
+            dims = [dtab[i] if i < 64 else InputDim(i) for i in range(f0, fi) if from_shape[i] != 0]
+            n_dims = len(dims)
+            src = (
+                SINGLETON if n_dims == 0 else dims[0] if n_dims == 1 else _flatten_raw(tuple(dims))
+            )
+        if ti - t0 == 1:
+            append(src)
+            continue
+        # Split.new(src, group, k) for every piece, with the size-1-free
+        # group computed once.
+        group = to[t0:ti]
+        kept = tuple([s for s in group if s != 1])
+        if len(kept) == 1:
+            for s in group:
+                append(SINGLETON if s == 1 else src)
+            continue
+        k = 0
+        for s in group:
+            if s == 1:
+                append(SINGLETON)
+            else:
+                append(_split_raw(src, kept, k))
+                k += 1
+    return tuple(out)
+
+
+def _view_groups_sym(from_shape: tuple[Size, ...], to_shape: tuple[Size, ...]) -> Rule:
+    op = "view_groups"
+    to = _infer(_prod(from_shape), to_shape, op, "to_shape")
+    out: list[DimSpec] = []
+    nf = len(from_shape)
+    nt = len(to)
+    fi = ti = 0
+    while fi < nf or ti < nt:
+        f0, t0 = fi, ti
+        f: Size = 1
+        t: Size = 1
+        if fi < nf:
+            f = from_shape[fi]
+            fi += 1
+        if ti < nt:
+            t = to[ti]
+            ti += 1
+        f_one = decide_eq(f, 1, op)
+        t_one = decide_eq(t, 1, op)
+        if f_one and not t_one:
+            if fi == f0:
+                out.append(NewDim.new(t))
+            else:
+                ti = t0
+            continue
+        if t_one and not f_one:
+            if ti != t0:
+                fi = f0
+                out.append(SINGLETON)
+            continue
+        while not decide_eq(f, t, op):
+            if fi < nf and (ti >= nt or decide_gt(t, f, op) or decide_eq(t, 0, op)):
+                f = f * from_shape[fi]
+                fi += 1
+            elif ti < nt:
+                t = t * to[ti]
+                ti += 1
+            else:
+                break
+        if ti == t0:
+            continue
+        src = Flatten.new([_D(i) for i in range(f0, fi) if not decide_eq(from_shape[i], 0, op)])
+        _emit_group(out, src, to[t0:ti], op)
+    return tuple(out)
+
+
+def view_groups(from_shape: ShapeArg, to_shape: ShapeArg) -> Rule:
+    """Rule of ``view``, ``reshape``, ``_unsafe_view`` and ``view_copy`` to ``to_shape``.
+
+    Walks both shapes once, grouping the shortest runs of input and output dims
+    with equal products: a 1:1 group forwards the dim (``d2``), a many:1 group
+    is a ``flat(...)``, a 1:many or many:many group is a ``split(...)`` of the
+    (flattened) inputs.  Size-1 input dims outside a group vanish; size-1
+    output dims are ``1``.  ``to_shape`` may contain one ``-1``.
+
+    >>> from cute_shard.rules import format_rule
+    >>> format_rule(view_groups((8, 16, 32), (128, 32)))
+    '(flat(d0,d1), d2)'
+    """
+    fs, f_int = _sizes(from_shape, "view_groups", "from_shape")
+    ts, t_int = _sizes(to_shape, "view_groups", "to_shape", allow_minus_one=True)
+    if f_int and t_int:
+        return _view_groups_int(fs, ts)
+    return _view_groups_sym(fs, ts)
+
+
+def unflatten(shape: ShapeArg, dim: int, sizes: ShapeArg) -> Rule:
+    """Rule of ``x.unflatten(dim, sizes)`` for ``x`` of ``shape``.
+
+    ``unflatten`` reaches DTensor as ``view``, so this is
+    ``view_groups(shape, shape[:dim] + sizes + shape[dim + 1:])``.  ``sizes``
+    may contain one ``-1``.
+    """
+    op = "unflatten"
+    s, _ = _sizes(shape, op, "shape")
+    d = as_dim(dim, len(s), op, "dim", wrap_scalar=False)
+    sz, _ = _sizes(sizes, op, "sizes", allow_minus_one=True)
+    if not sz:
+        raise ValueError(
+            f"{op}: sizes must be non-empty, got (); fix: pass the new sizes of dim {dim}"
+        )
+    sz = _infer(s[d], sz, op, "sizes")
+    return view_groups(s, s[:d] + sz + s[d + 1 :])
+
+
+# ---------------------------------------------------------------------------
+# flatten / ravel / view_as_complex
+# ---------------------------------------------------------------------------
+
+
+def flatten(ndim: int, start_dim: int = 0, end_dim: int = -1) -> Rule:
+    """Rule of ``torch.flatten(x, start_dim, end_dim)`` as torch's ``dim_flatten``.
+
+    Dims ``start_dim..end_dim`` become one ``flat(...)``; a 0-d input gives
+    ``(1,)``.  (At runtime ``aten.flatten`` decomposes to ``view``, whose rule
+    is ``view_groups`` and differs when flattened dims have size 1.)
+    """
+    op = "flatten"
+    n = _ndim(ndim, op)
+    start = as_dim(start_dim, n, op, "start_dim")
+    end = as_dim(end_dim, n, op, "end_dim")
+    if start > end:
+        raise ValueError(
+            f"{op}: start_dim={start_dim} comes after end_dim={end_dim} for a {n}-d tensor; "
+            "fix: pass start_dim <= end_dim"
+        )
+    if n == 0:
+        return (SINGLETON,)
+    out: list[DimSpec] = [_D(i) for i in range(start)]
+    out.append(_D(start) if start == end else Flatten(tuple(_D(i) for i in range(start, end + 1))))
+    out.extend(_D(i) for i in range(end + 1, n))
+    return tuple(out)
+
+
+def ravel(ndim: int) -> Rule:
+    """Rule of ``torch.ravel(x)``: all dims flattened (``dim_flatten(ndim)``)."""
+    return flatten(_ndim(ndim, "ravel"))
+
+
+def view_as_complex(shape: ShapeArg) -> Rule:
+    """Rule of ``torch.view_as_complex(x)``: the trailing ``(…, n, 2)`` pair merges.
+
+    Matches torch's ``dim_flatten(ndim, ndim - 2)`` for ``ndim >= 2``.  A
+    ``(2,)`` input gives ``()`` (a 0-d complex); torch's builder wrongly gives
+    ``(d0,)``.
+    """
+    op = "view_as_complex"
+    s, _ = _sizes(shape, op, "shape")
+    if not s or not decide_eq(s[-1], 2, op):
+        raise ValueError(
+            f"{op}: expected a shape whose last dim is 2 (real, imag), got {s}; "
+            "fix: only view (..., 2) float tensors as complex"
+        )
+    n = len(s)
+    if n == 1:
+        return ()
+    return (*[_D(i) for i in range(n - 2)], Flatten((_D(n - 2), _D(n - 1))))
+
+
+def view_as_real(shape: ShapeArg) -> Rule:
+    """Rule of ``torch.view_as_real(x)`` for a complex ``x`` of ``shape``.
+
+    As torch: the last dim ``n`` becomes ``split(d, (n,2), 0), split(d, (n,2), 1)``,
+    kept un-canonicalised even for ``n == 1`` (the split is over the real
+    reinterpretation of the dim, so dropping the 1 would move the data dim).
+    A 0-d input gives ``(new(2),)``; torch's builder raises IndexError.
+    """
+    s, _ = _sizes(shape, "view_as_real", "shape")
+    n = len(s)
+    if n == 0:
+        return (NewDim(2),)
+    last = _D(n - 1)
+    group = (s[-1], 2)
+    return (*[_D(i) for i in range(n - 1)], Split(last, group, 0), Split(last, group, 1))
+
+
+# ---------------------------------------------------------------------------
+# squeeze / unsqueeze / atleast_nd
+# ---------------------------------------------------------------------------
+
+
+def squeeze(shape: ShapeArg, dim: DimsArg | None = None) -> Rule:
+    """Rule of ``torch.squeeze(x)``, ``squeeze(x, dim)`` and ``squeeze(x, dims)``.
+
+    Drops the targeted dims of size 1 (all dims when ``dim`` is None).  Unlike
+    torch's ``dim_squeeze``, size-0 dims are kept, as ``torch.squeeze`` does.
+    """
+    op = "squeeze"
+    s, _ = _sizes(shape, op, "shape")
+    n = len(s)
+    if dim is None:
+        targets: set[int] | range = range(n)
+    else:
+        norm = [as_dim(d, n, op, "dim") for d in _dim_list(dim, op, "dim")]
+        _no_repeats(norm, op, "dim")
+        targets = set(norm)
+    if n == 0:
+        return ()
+    return tuple(_D(i) for i in range(n) if not (i in targets and decide_eq(s[i], 1, op)))
+
+
+def unsqueeze(ndim: int, dim: int) -> Rule:
+    """Rule of ``torch.unsqueeze(x, dim)``: a ``1`` inserted at ``dim``."""
+    op = "unsqueeze"
+    n = _ndim(ndim, op)
+    d = as_dim(dim, n + 1, op, "dim", wrap_scalar=False)
+    return (*[_D(i) for i in range(d)], SINGLETON, *[_D(i) for i in range(d, n)])
+
+
+def _pad_left(ndim: int, min_dims: int) -> Rule:
+    return (SINGLETON,) * max(0, min_dims - ndim) + tuple(_D(i) for i in range(ndim))
+
+
+def atleast_1d(ndim: int) -> Rule:
+    """Rule of ``torch.atleast_1d(x)``: a 0-d input gains a leading ``1``."""
+    return _pad_left(_ndim(ndim, "atleast_1d"), 1)
+
+
+def atleast_2d(ndim: int) -> Rule:
+    """Rule of ``torch.atleast_2d(x)``: leading ``1``s up to 2 dims."""
+    return _pad_left(_ndim(ndim, "atleast_2d"), 2)
+
+
+def atleast_3d(ndim: int) -> Rule:
+    """Rule of ``torch.atleast_3d(x)``: ``(1,1,1)``, ``(1,d0,1)``, ``(d0,d1,1)`` for ndim 0-2."""
+    n = _ndim(ndim, "atleast_3d")
+    if n == 0:
+        return (SINGLETON, SINGLETON, SINGLETON)
+    if n == 1:
+        return (SINGLETON, _D(0), SINGLETON)
+    if n == 2:
+        return (_D(0), _D(1), SINGLETON)
+    return tuple(_D(i) for i in range(n))
+
+
+# ---------------------------------------------------------------------------
+# expand / broadcast_to, repeat / tile
+# ---------------------------------------------------------------------------
+
+
+def _expand(input_shape: tuple[Size, ...], shape: tuple[Size, ...]) -> Rule:
+    op = "expand"
+    pad = len(shape) - len(input_shape)
+    if pad < 0:
+        raise ValueError(
+            f"{op}: shape={shape} has fewer dims than the input shape {input_shape}; "
+            "fix: give at least one size per input dim"
+        )
+    out: list[DimSpec] = []
+    for i, want in enumerate(shape):
+        if i < pad:
+            if type(want) is int and want == -1:
+                raise ValueError(
+                    f"{op}: shape={shape} has -1 at new leading dim {i}; -1 means 'keep the "
+                    "input size' and a new dim has none; fix: give the size explicitly"
+                )
+            out.append(Broadcast.new(SINGLETON, want))
+            continue
+        j = i - pad
+        have = input_shape[j]
+        p = _D(j)
+        if (type(want) is int and want == -1) or decide_eq(want, have, op):
+            out.append(p)
+        elif decide_eq(have, 1, op):
+            out.append(Broadcast(p, want))
+        else:
+            raise ValueError(
+                f"{op}: cannot expand input dim {j} of size {have} to {want} (shape={shape}); "
+                "only size-1 dims can be broadcast; fix: use -1 or the input size for that dim"
+            )
+    return tuple(out)
+
+
+_expand_int = lru_cache(maxsize=_CACHE_SIZE)(_expand)
+
+
+def expand(input_shape: ShapeArg, shape: ShapeArg) -> Rule:
+    """Rule of ``x.expand(*shape)`` for ``x`` of ``input_shape``.
+
+    New leading dims are ``bcast(1, n)`` (``1`` when ``n == 1``), size-1
+    dims expanded to ``n != 1`` are ``bcast(d, n)``, and dims given as ``-1`` or
+    their own size are forwarded.
+    """
+    ins, i_int = _sizes(input_shape, "expand", "input_shape")
+    out, o_int = _sizes(shape, "expand", "shape", allow_minus_one=True)
+    if i_int and o_int:
+        return _expand_int(ins, out)
+    return _expand(ins, out)
+
+
+def broadcast_to(input_shape: ShapeArg, shape: ShapeArg) -> Rule:
+    """Rule of ``torch.broadcast_to(x, shape)``: same as :func:`expand`."""
+    return expand(input_shape, shape)
+
+
+def repeat(ndim: int, sizes: ShapeArg) -> Rule:
+    """Rule of ``x.repeat(*sizes)``.
+
+    Extra leading sizes make new dims (``bcast(1, n)``); ``repeat(dk, n)``
+    tiles an input dim; a count of 1 forwards the dim.
+    """
+    op = "repeat"
+    n = _ndim(ndim, op)
+    reps, _ = _sizes(sizes, op, "sizes")
+    pad = len(reps) - n
+    if pad < 0:
+        raise ValueError(
+            f"{op}: sizes={reps} has fewer entries than the tensor's {n} dims; "
+            "fix: give one repeat count per dim (tile pads with 1s for you)"
+        )
+    return tuple(Repeat.new(SINGLETON, r) for r in reps[:pad]) + tuple(
+        Repeat.new(_D(i), r) for i, r in enumerate(reps[pad:])
+    )
+
+
+def tile(ndim: int, dims: ShapeArg) -> Rule:
+    """Rule of ``torch.tile(x, dims)``: ``repeat`` with ``dims`` left-padded by 1s."""
+    n = _ndim(ndim, "tile")
+    reps, _ = _sizes(dims, "tile", "dims")
+    if len(reps) < n:
+        reps = (1,) * (n - len(reps)) + reps
+    return repeat(n, reps)
+
+
+# ---------------------------------------------------------------------------
+# permute / transpose / t / movedim
+# ---------------------------------------------------------------------------
+
+
+def permute(ndim: int, dims: DimsArg) -> Rule:
+    """Rule of ``x.permute(dims)``: output dim ``i`` is input dim ``dims[i]``."""
+    op = "permute"
+    n = _ndim(ndim, op)
+    raw = _dim_list(dims, op, "dims")
+    if len(raw) != n:
+        raise ValueError(
+            f"{op}: dims={raw} has {len(raw)} entries for a {n}-d tensor; "
+            "expected one per dim; fix: pass a permutation of range(ndim)"
+        )
+    norm = [as_dim(d, n, op, "dims", wrap_scalar=False) for d in raw]
+    _no_repeats(norm, op, "dims")
+    return tuple(_D(d) for d in norm)
+
+
+def transpose(ndim: int, dim0: int, dim1: int) -> Rule:
+    """Rule of ``x.transpose(dim0, dim1)``: the two input dims swap places."""
+    op = "transpose"
+    n = _ndim(ndim, op)
+    a = as_dim(dim0, n, op, "dim0")
+    b = as_dim(dim1, n, op, "dim1")
+    out = [_D(i) for i in range(n)]
+    if n:
+        out[a], out[b] = out[b], out[a]
+    return tuple(out)
+
+
+def t(ndim: int) -> Rule:
+    """Rule of ``x.t()``: transpose of a 2-d tensor, identity for 0-d and 1-d."""
+    n = _ndim(ndim, "t")
+    if n > 2:
+        raise ValueError(
+            f"t: expected a tensor with <= 2 dims, got {n}; fix: use transpose(ndim, dim0, dim1)"
+        )
+    return (_D(1), _D(0)) if n == 2 else tuple(_D(i) for i in range(n))
+
+
+def movedim(ndim: int, source: DimsArg, destination: DimsArg) -> Rule:
+    """Rule of ``torch.movedim(x, source, destination)``.
+
+    Input dim ``source[k]`` lands at output position ``destination[k]``; the
+    remaining input dims fill the free positions in order.
+    """
+    op = "movedim"
+    n = _ndim(ndim, op)
+    src = [as_dim(d, n, op, "source") for d in _dim_list(source, op, "source")]
+    dst = [as_dim(d, n, op, "destination") for d in _dim_list(destination, op, "destination")]
+    if len(src) != len(dst):
+        raise ValueError(
+            f"{op}: source has {len(src)} dims but destination has {len(dst)}; "
+            "expected the same number; fix: pair every source dim with a destination"
+        )
+    _no_repeats(src, op, "source")
+    _no_repeats(dst, op, "destination")
+    if n == 0:
+        return ()
+    placed = [-1] * n
+    for s, d in zip(src, dst, strict=True):
+        placed[d] = s
+    moved = set(src)
+    rest = iter([i for i in range(n) if i not in moved])
+    return tuple(_D(p if p >= 0 else next(rest)) for p in placed)
+
+
+def cache_clear() -> None:
+    """Clear every cache kept by the rule builders."""
+    _view_groups_int.cache_clear()
+    _expand_int.cache_clear()

@@ -1,0 +1,152 @@
+"""SymInt sizes: rules equal the concrete rules at the hints, and no guard is installed.
+
+Backed symbols created with a hint >= 2 have the value range [2, inf), so
+comparisons such as ``s0 == 1`` or ``s0*s1 > s0`` are decidable statically;
+``s0 == s1`` is not, and the builders must say so with ``UndecidableRule``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from torch._dynamo.source import ConstantSource
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+import cute_shard.rules as R
+from cute_shard.rules import UndecidableRule, format_rule, map_sizes
+
+
+class Env:
+    """A ShapeEnv plus helpers to make hinted backed SymInts and read hints back."""
+
+    def __init__(self) -> None:
+        self.shape_env = ShapeEnv()
+        self._n = 0
+
+    def sym(self, hint: int) -> Any:
+        self._n += 1
+        src = ConstantSource(f"rules_sym_{self._n}")
+        return self.shape_env.create_symintnode(self.shape_env.create_symbol(hint, src), hint=hint)
+
+    def guards(self) -> int:
+        return len(self.shape_env.guards)
+
+
+def hint(x: Any) -> int:
+    if isinstance(x, torch.SymInt):
+        return int(x.node.hint)
+    return int(x)
+
+
+def concrete(args: Any) -> Any:
+    """Replace every SymInt in a nested args structure by its hint."""
+    if isinstance(args, tuple | list):
+        return type(args)(concrete(a) for a in args)
+    return hint(args)
+
+
+@pytest.fixture
+def env() -> Env:
+    return Env()
+
+
+# Each case: (id, builder, function of (a, b, c) -> args).  a, b, c have hints 4, 6, 3.
+CASES: list[tuple[str, Callable[..., R.Rule], Callable[[Any, Any, Any], tuple[Any, ...]]]] = [
+    ("view flatten", R.view_groups, lambda a, b, c: ((a, b, c), (a * b, c))),
+    ("view flatten -1", R.view_groups, lambda a, b, c: ((a, b, c), (-1, c))),
+    ("view flatten tail", R.view_groups, lambda a, b, c: ((a, b, c), (a, -1))),
+    ("view all", R.view_groups, lambda a, b, c: ((a, b, c), (-1,))),
+    ("view split", R.view_groups, lambda a, b, c: ((a * b, c), (a, b, c))),
+    ("view split int", R.view_groups, lambda a, b, c: ((2 * a, b), (2, a, b))),
+    ("view mixed ints", R.view_groups, lambda a, b, c: ((a, 6), (a, 2, 3))),
+    ("view ones", R.view_groups, lambda a, b, c: ((a, 1, b), (a, b, 1))),
+    ("view identity", R.view_groups, lambda a, b, c: ((a, b), (a, b))),
+    ("view 0-d", R.view_groups, lambda a, b, c: ((a,), (a, 1))),
+    ("unflatten", R.unflatten, lambda a, b, c: ((a * b, c), 0, (a, -1))),
+    ("expand", R.expand, lambda a, b, c: ((1, a), (b, c, a))),
+    ("expand -1", R.expand, lambda a, b, c: ((1, a), (b, -1))),
+    ("expand same", R.expand, lambda a, b, c: ((a, b), (a, b))),
+    ("broadcast_to", R.broadcast_to, lambda a, b, c: ((1,), (a, 1))),
+    ("squeeze", R.squeeze, lambda a, b, c: ((a, 1, b),)),
+    ("squeeze dim", R.squeeze, lambda a, b, c: ((a, 1, b), 0)),
+    ("repeat", R.repeat, lambda a, b, c: (2, (a, 1, b))),
+    ("tile", R.tile, lambda a, b, c: (2, (a,))),
+    ("view_as_real", R.view_as_real, lambda a, b, c: ((a, b),)),
+    ("view_as_complex", R.view_as_complex, lambda a, b, c: ((a, 2),)),
+]
+
+
+@pytest.mark.parametrize(("name", "build", "make_args"), CASES, ids=[c[0] for c in CASES])
+def test_symbolic_rule_equals_concrete_rule_at_hints(
+    env: Env, name: str, build: Callable[..., R.Rule], make_args: Callable[..., tuple[Any, ...]]
+) -> None:
+    a, b, c = env.sym(4), env.sym(6), env.sym(3)
+    args = make_args(a, b, c)
+    before = env.guards()
+    sym_rule = build(*args)
+    assert env.guards() == before, "a rule builder installed a guard"
+    assert map_sizes(sym_rule, hint) == build(*concrete(args))
+
+
+UNDECIDABLE: list[tuple[str, Callable[..., R.Rule], Callable[[Any, Any, Any], tuple[Any, ...]]]] = [
+    ("view swap", R.view_groups, lambda a, b, c: ((a, b), (b, a))),
+    ("view numel", R.view_groups, lambda a, b, c: ((a, b), (a, c))),
+    ("expand unrelated", R.expand, lambda a, b, c: ((a,), (b,))),
+    ("view_as_complex", R.view_as_complex, lambda a, b, c: ((a,),)),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "build", "make_args"), UNDECIDABLE, ids=[c[0] for c in UNDECIDABLE]
+)
+def test_undecidable_raises_marker_without_guards(
+    env: Env, name: str, build: Callable[..., R.Rule], make_args: Callable[..., tuple[Any, ...]]
+) -> None:
+    a, b, c = env.sym(4), env.sym(6), env.sym(3)
+    before = env.guards()
+    with pytest.raises(UndecidableRule) as info:
+        build(*make_args(a, b, c))
+    assert env.guards() == before
+    assert not isinstance(info.value, ValueError)
+    assert info.value.op and info.value.question
+
+
+def test_unbacked_sizes_never_raise_guard_errors(env: Env) -> None:
+    u0 = env.shape_env.create_unbacked_symint()
+    for call in (
+        lambda: R.squeeze((u0, 2)),
+        lambda: R.view_groups((u0, 2), (2, u0)),
+        lambda: R.expand((u0,), (4,)),
+        lambda: R.repeat(1, (u0,)),
+        lambda: R.Split.new(R.InputDim(0), (u0, 2), 1),
+    ):
+        with pytest.raises(UndecidableRule):
+            call()
+    # Even an identity view is undecidable: torch's rule differs when u0 == 0
+    # (size-0 dims leave the flatten), and nothing excludes u0 == 0 here.
+    with pytest.raises(UndecidableRule):
+        R.view_groups((u0, 2), (u0, 2))
+    # decidable without knowing u0: the structure does not depend on it
+    assert format_rule(R.view_as_real((u0,))) == f"(split(d0, ({u0},2), 0), split(d0, ({u0},2), 1))"
+    assert format_rule(R.expand((u0,), (3, -1))) == "(bcast(1, 3), d0)"
+    # once the range of an unbacked size excludes 0 and 1, views become decidable
+    u1 = env.shape_env.create_unbacked_symint()
+    env.shape_env.constrain_symbol_range(u1.node.expr, compiler_min=2, compiler_max=1024)
+    assert format_rule(R.view_groups((u1, 2), (u1, 2))) == "(d0, d1)"
+    assert format_rule(R.view_groups((u1, 2), (2 * u1,))) == "(flat(d0,d1),)"
+    assert env.guards() == 0
+
+
+def test_symbolic_specs_print_their_expressions(env: Env) -> None:
+    a, b = env.sym(4), env.sym(6)
+    rule = R.view_groups((a * b,), (a, b))
+    assert format_rule(rule) == f"(split(d0, ({a},{b}), 0), split(d0, ({a},{b}), 1))"
+
+
+def test_symbolic_numel_mismatch_is_a_value_error(env: Env) -> None:
+    a = env.sym(4)
+    with pytest.raises(ValueError, match="to_shape"):
+        R.view_groups((a, 2), (a, 3))
