@@ -138,7 +138,14 @@ def composition(a: Layout, b: Tiler) -> Layout:
 
 @lru_cache(maxsize=4096)
 def _compose(a: Layout, b: Layout) -> Layout:
+    return _compose_uncached(a, b)
+
+
+def _compose_uncached(a: Layout, b: Layout) -> Layout:
     a_shape, a_stride = _merge_keep_last(a.flat_shape, a.flat_stride)
+    if len(a_shape) == 1:
+        # A single (unbounded) leaf is linear: A∘B is B with its strides scaled.
+        return _scale(b, a_stride[0])
     if type(b.shape) is int:
         return _from_flat(*_compose_leaf(a_shape, a_stride, b.shape, b.stride, a, b))
     # One coalesced sub-layout per leaf of B, nested like B. That is A∘B only if A adds up
@@ -160,9 +167,11 @@ def _compose(a: Layout, b: Layout) -> Layout:
     for k in range(len(a_shape) - 1):
         if usage[k] >= a_shape[k]:
             raise _inadmissible(
-                a, b, f"carry: B's modes together reach digit {usage[k]} of leaf {k} of size "
+                a,
+                b,
+                f"carry: B's modes together reach digit {usage[k]} of leaf {k} of size "
                 f"{a_shape[k]}, so A is not additive over them and A∘B is no composition of "
-                "B's modes"
+                "B's modes",
             )
     if b.flat_shape is b.shape:  # B is flat: no nesting to rebuild
         shape, stride = tuple(leaf_shapes), tuple(leaf_strides)
@@ -170,6 +179,16 @@ def _compose(a: Layout, b: Layout) -> Layout:
         shape = _nest(iter(leaf_shapes), b.shape)
         stride = _nest(iter(leaf_strides), b.shape)
     return Layout._trusted(shape, stride, tuple(flat_shape), tuple(flat_stride))
+
+
+def _scale(b: Layout, k: int) -> Layout:
+    """B with every stride times k, each leaf coalesced on its own (size 1 becomes ``1:0``)."""
+    fs, fd = b.flat_shape, b.flat_stride
+    fd = tuple(0 if s == 1 else d * k for s, d in zip(fs, fd, strict=True))
+    if type(b.shape) is int:
+        return Layout._trusted(b.shape, fd[0], fs, fd)
+    stride = fd if fs is b.shape else _nest(iter(fd), b.shape)
+    return Layout._trusted(b.shape, stride, fs, fd)
 
 
 def _nest(leaves: Iterator[IntTuple], profile: IntTuple) -> IntTuple:
@@ -233,8 +252,10 @@ def _compose_leaf(
     d = abs(d)
     if sign < 0 and usage is not None:
         raise _inadmissible(
-            a, b, "a negative stride in a B of several modes over an A of several leaves "
-            "(whether A adds up over B's modes is not decided for backward walks)"
+            a,
+            b,
+            "a negative stride in a B of several modes over an A of several leaves "
+            "(whether A adds up over B's modes is not decided for backward walks)",
         )
     out_s: list[int] = []
     out_d: list[int] = []
@@ -246,8 +267,10 @@ def _compose_leaf(
             continue
         if d > n:
             raise _inadmissible(
-                a, b, f"stride divisibility: remaining stride {d} is neither a multiple of nor "
-                f"smaller than size {n} of leaf {k}"
+                a,
+                b,
+                f"stride divisibility: remaining stride {d} is neither a multiple of nor "
+                f"smaller than size {n} of leaf {k}",
             )
         if s == 1:
             break
@@ -263,13 +286,17 @@ def _compose_leaf(
             # d does not divide n: stepping by d wraps into the next leaf at an offset, which a
             # layout cannot express unless every remaining element lies inside this leaf.
             raise _inadmissible(
-                a, b, f"stride divisibility: stride {d} does not divide size {n} of leaf {k} "
-                f"and {s} elements do not fit inside it"
+                a,
+                b,
+                f"stride divisibility: stride {d} does not divide size {n} of leaf {k} "
+                f"and {s} elements do not fit inside it",
             )
         if s % take != 0:
             raise _inadmissible(
-                a, b, f"shape divisibility: {take} elements fit in leaf {k} (size {n}, stride "
-                f"{d}) but {take} does not divide the remaining {s}"
+                a,
+                b,
+                f"shape divisibility: {take} elements fit in leaf {k} (size {n}, stride "
+                f"{d}) but {take} does not divide the remaining {s}",
             )
         out_s.append(take)
         out_d.append(d * a_stride[k])
@@ -382,7 +409,7 @@ def _divide(a: Layout, b: Layout) -> Layout:
     tile_and_rest = Layout._trusted(
         (b.shape, c_shape), (b.stride, c_stride), b.flat_shape + cs, b.flat_stride + cd
     )
-    return _compose(a, tile_and_rest)
+    return _compose_uncached(a, tile_and_rest)
 
 
 def zipped_divide(a: Layout, tiler: Tiler) -> Layout:

@@ -48,14 +48,8 @@ class Layout:
         if type(shape) is int and type(stride) is int and shape >= 0:
             flat_shape: tuple[int, ...] = (shape,)
             flat_stride: tuple[int, ...] = (stride,)
-        elif (
-            type(shape) is tuple
-            and type(stride) is tuple
-            and len(shape) == len(stride)
-            and all(type(x) is int and x >= 0 for x in shape)
-            and all(type(x) is int for x in stride)
-        ):
-            flat_shape, flat_stride = shape, stride
+        elif _is_flat(shape, stride):
+            flat_shape, flat_stride = shape, stride  # type: ignore[assignment]
         else:
             fs: list[int] = []
             fd: list[int] = []
@@ -181,6 +175,19 @@ def concat(layouts: tuple[Layout, ...] | list[Layout]) -> Layout:
         flat_shape += a.flat_shape
         flat_stride += a.flat_stride
     return Layout._trusted(tuple(shape), tuple(stride), tuple(flat_shape), tuple(flat_stride))
+
+
+def _is_flat(shape: IntTuple, stride: IntTuple) -> bool:
+    """True for congruent flat tuples of ints with sizes >= 0 (a plain loop: it is hot)."""
+    if type(shape) is not tuple or type(stride) is not tuple or len(shape) != len(stride):
+        return False
+    for x in shape:
+        if type(x) is not int or x < 0:
+            return False
+    for x in stride:
+        if type(x) is not int:
+            return False
+    return True
 
 
 def _collect(shape: IntTuple, stride: IntTuple, out_s: list[int], out_d: list[int]) -> None:
