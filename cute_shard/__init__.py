@@ -9,3 +9,25 @@ Layers, each importing only the ones before it:
 """
 
 __version__ = "0.1.0"
+
+# The engine imports torch; keep ``import cute_shard.layout`` / ``cute_shard.rules`` torch-free
+# by resolving these names on first use.
+_ENGINE_NAMES = {
+    "propagate_shape_and_sharding",
+    "RedistributionRequired",
+    "Blocked",
+    "cache_clear",
+    "placements_to_layout",
+    "compose_view",
+    "layout_to_placements",
+}
+
+__all__ = sorted(_ENGINE_NAMES)
+
+
+def __getattr__(name: str) -> object:
+    if name in _ENGINE_NAMES:
+        from . import engine
+
+        return getattr(engine, name)
+    raise AttributeError(f"module 'cute_shard' has no attribute {name!r}")

@@ -1,0 +1,308 @@
+"""``propagate_shape_and_sharding``: the drop-in for DTensor's view propagator.
+
+The data flow, one short step each:
+
+1. validate and normalise the placements, convert the rule (torch DimSpecs are accepted);
+2. ``placements_to_layout``: the sharded layout (None where a layout cannot express it, e.g.
+   uneven sizes; those cases go to the fallback in ``uneven.py``);
+3. ``compose_view``: route the sub-modes to the output dims;
+4. ``layout_to_placements``: read each output dim's placements back;
+5. if some mesh dim cannot stay, choose which mesh dims to replicate (``_least_to_move``),
+   raise for a strict view, and return ``(input_target, output)``.
+
+Choosing what moves: first the mesh dims that fail directly, and only them, as DTensor's own
+propagator does. If that is not enough (a local sub-mode is cut, or a later mesh dim then
+fails), the other subsets are tried, cheapest first. A subset costs more the more mesh dims it
+adds beyond the directly failing ones, then the larger the product of their sizes. Replicating
+everything always works, so the search ends.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from functools import lru_cache
+
+from torch.distributed.tensor.placement_types import Partial, Placement
+
+from ..rules import DimSpec, InputDim
+from .compose import compose_view, rule_groups
+from .errors import Blocked, RedistributionRequired
+from .sharded import (
+    MeshPlacement,
+    layout_to_placements,
+    normalize_placements,
+    placements_to_layout,
+    to_torch_placement,
+)
+from .sizes import Size, is_one, is_static
+
+__all__ = ["cache_clear", "propagate_shape_and_sharding"]
+
+CACHE_SIZE = 8192
+
+
+def propagate_shape_and_sharding(
+    placements: Sequence[Placement],
+    global_shape: Sequence[Size],
+    rule: Sequence[object],
+    mesh_shape: Sequence[int],
+    strict_view: bool = False,
+) -> tuple[tuple[Placement, ...], tuple[Placement, ...]]:
+    """``(input_target_placements, output_placements)`` for a view op with DimMap ``rule``.
+
+    Same inputs and outputs as torch's ``propagate_shape_and_sharding``. ``rule`` may hold
+    torch's DimSpecs or ``cute_shard.rules`` ones. With ``strict_view`` a view that needs
+    communication raises ``RedistributionRequired`` naming the tensor dim, the mesh dim and
+    the reason. Bad input raises ValueError.
+    """
+    shape = tuple(global_shape)
+    mesh = tuple(mesh_shape)
+    ours = _as_rule(tuple(rule))
+    norm = normalize_placements(placements, len(shape), mesh)
+    if all(is_static(n) for n in shape):
+        target, out, blocked = _propagate_cached(norm, shape, ours, mesh)
+    else:  # SymInt sizes are not hashable: no cache
+        target, out, blocked = _propagate(norm, shape, ours, mesh)
+    if blocked and strict_view:
+        raise RedistributionRequired(blocked, tuple(_merge_target(placements, target)))
+    return tuple(_merge_target(placements, target)), tuple(to_torch_placement(p) for p in out)
+
+
+def cache_clear() -> None:
+    """Empty every cache the engine and the layers below it keep."""
+    from .. import layout, rules
+
+    _propagate_cached.cache_clear()
+    _as_rule_cached.cache_clear()
+    rules.cache_clear()
+    layout.cache_clear()
+
+
+def _merge_target(
+    placements: Sequence[Placement], target: tuple[MeshPlacement, ...]
+) -> list[Placement]:
+    # Mesh dims that stay keep the caller's own placement object (a _StridedShard with split
+    # factor 1 stays as given, so DTensor sees no redistribution); moved ones are Replicate.
+    return [
+        p
+        if t is not None or isinstance(p, Partial) or _is_replicate(p)
+        else to_torch_placement(None)
+        for p, t in zip(placements, target, strict=True)
+    ]
+
+
+def _is_replicate(p: Placement) -> bool:
+    return p.is_replicate()
+
+
+# --------------------------------------------------------------------------------------------
+# Rules
+
+
+def _as_rule(rule: tuple[object, ...]) -> tuple[DimSpec, ...]:
+    if all(isinstance(spec, DimSpec) for spec in rule):
+        return rule  # type: ignore[return-value]
+    try:
+        return _as_rule_cached(rule)
+    except TypeError:  # unhashable (SymInt sizes inside torch DimSpecs)
+        return _convert(rule)
+
+
+@lru_cache(maxsize=1024)
+def _as_rule_cached(rule: tuple[object, ...]) -> tuple[DimSpec, ...]:
+    return _convert(rule)
+
+
+def _convert(rule: tuple[object, ...]) -> tuple[DimSpec, ...]:
+    from ..rules.torch_compat import from_torch
+
+    try:
+        return tuple(from_torch(rule))
+    except (TypeError, AttributeError) as e:
+        raise ValueError(
+            f"rule {rule!r} is neither cute_shard.rules DimSpecs nor torch DimSpecs: {e}"
+        ) from None
+
+
+def check_rule(rule: tuple[DimSpec, ...], shape: tuple[Size, ...]) -> None:
+    """ValueError unless ``rule`` refers to every non-size-1 input dim exactly once."""
+    ndim = len(shape)
+    used: set[int] = set()
+    groups, others = rule_groups(rule)
+    sources = [g.in_dims for g in groups]
+    for spec in others.values():
+        inner = getattr(spec, "dim", None) or getattr(spec, "input_dim", None)
+        if isinstance(inner, InputDim):
+            sources.append((inner.input_dim,))
+    for dims in sources:
+        for d in dims:
+            if not 0 <= d < ndim:
+                raise ValueError(
+                    f"rule refers to input dim {d}, but the input has {ndim} dims {shape}"
+                )
+            if d in used:
+                raise ValueError(f"rule uses input dim {d} twice; the rule does not match")
+            used.add(d)
+    for d, n in enumerate(shape):
+        if d not in used and not is_one(n):
+            raise ValueError(
+                f"rule drops input dim {d} of size {n}; only size-1 dims can disappear "
+                "(the rule does not match the shape)"
+            )
+
+
+# --------------------------------------------------------------------------------------------
+# Propagation
+
+
+@lru_cache(maxsize=CACHE_SIZE)
+def _propagate_cached(
+    norm: tuple[MeshPlacement, ...],
+    shape: tuple[int, ...],
+    rule: tuple[DimSpec, ...],
+    mesh: tuple[int, ...],
+) -> tuple[tuple[MeshPlacement, ...], tuple[MeshPlacement, ...], tuple[Blocked, ...]]:
+    return _propagate(norm, shape, rule, mesh)
+
+
+def _propagate(
+    norm: tuple[MeshPlacement, ...],
+    shape: tuple[Size, ...],
+    rule: tuple[DimSpec, ...],
+    mesh: tuple[int, ...],
+) -> tuple[tuple[MeshPlacement, ...], tuple[MeshPlacement, ...], tuple[Blocked, ...]]:
+    check_rule(rule, shape)
+    first = _attempt(norm, shape, rule, mesh)
+    if first is None:  # a layout cannot express the input: the rule-tracing fallback
+        return _fallback(norm, shape, rule, mesh)
+    out, failures, optional = first
+    if out is not None:
+        return norm, out, ()
+    return _least_to_move(norm, shape, rule, mesh, failures, optional)
+
+
+Failures = dict[int, tuple[int, str]]
+
+
+def _attempt(
+    norm: tuple[MeshPlacement, ...],
+    shape: tuple[Size, ...],
+    rule: tuple[DimSpec, ...],
+    mesh: tuple[int, ...],
+) -> tuple[tuple[MeshPlacement, ...] | None, Failures, Failures] | None:
+    """``(output placements, {}, {})`` for input placements ``norm``, or ``(None, failures,
+    optional)``: the mesh dims that fail directly, and those of a group whose local sub-modes
+    a boundary cuts (replicating one of them may merge the local sub-modes). None if a layout
+    cannot express ``norm``."""
+    sl = placements_to_layout(shape, norm, mesh)
+    if sl is None:
+        return None
+    routed = compose_view(sl, rule)
+    failures: Failures = dict(routed.failures)
+    optional: Failures = {}
+    for dims, reason in routed.local_failures:
+        for m, p in enumerate(norm):
+            if isinstance(p, tuple) and p[0] in dims:
+                optional.setdefault(m, (p[0], f"{reason}; replicating it lets them merge"))
+    read: dict[int, MeshPlacement] = {}
+    for o, leaves in enumerate(routed.out_dims):
+        placements, problems = layout_to_placements(leaves, o)
+        read.update(placements)
+        for m, why in problems.items():
+            failures.setdefault(m, (_dim(norm[m]), why))
+    if failures or optional:
+        return None, failures, optional
+    out: list[MeshPlacement] = []
+    for m, p in enumerate(norm):
+        if p is None or isinstance(p, Partial):
+            out.append(p)
+        elif m in read:
+            out.append(read[m])
+        elif mesh[m] == 1 and p[0] in routed.home:
+            out.append((routed.home[p[0]], 1))  # a size-1 mesh dim: any Shard is exact
+        else:
+            out.append(None)
+    return tuple(out), {}, {}
+
+
+def _dim(p: MeshPlacement) -> int:
+    return p[0] if isinstance(p, tuple) else -1
+
+
+def _least_to_move(
+    norm: tuple[MeshPlacement, ...],
+    shape: tuple[Size, ...],
+    rule: tuple[DimSpec, ...],
+    mesh: tuple[int, ...],
+    failures: Failures,
+    optional: Failures,
+) -> tuple[tuple[MeshPlacement, ...], tuple[MeshPlacement, ...], tuple[Blocked, ...]]:
+    sharded = [m for m, p in enumerate(norm) if isinstance(p, tuple)]
+    direct = set(failures)
+    failures = {**optional, **failures}
+
+    def cost(subset: tuple[int, ...]) -> tuple[int, int, int, tuple[int, ...]]:
+        extra = set(subset) - direct
+        size = 1
+        for m in subset:
+            size *= mesh[m]
+        return (len(direct - set(subset)) > 0, len(extra), size, subset)
+
+    subsets = sorted(
+        (c for r in range(1, len(sharded) + 1) for c in itertools.combinations(sharded, r)),
+        key=cost,
+    )
+    for subset in subsets:
+        target = tuple(None if m in subset else p for m, p in enumerate(norm))
+        result = _attempt(target, shape, rule, mesh)
+        if result is not None and result[0] is not None:
+            return target, result[0], _blocked(norm, subset, failures)
+    everything = tuple(sharded)
+    target = tuple(None if m in everything else p for m, p in enumerate(norm))
+    return target, target, _blocked(norm, everything, failures)
+
+
+def _blocked(
+    norm: tuple[MeshPlacement, ...], subset: Sequence[int], failures: Failures
+) -> tuple[Blocked, ...]:
+    out = []
+    for m in subset:
+        dim, reason = failures.get(
+            m,
+            (
+                _dim(norm[m]),
+                "it must be replicated so that the other mesh dims' sub-modes survive the view",
+            ),
+        )
+        out.append(Blocked(m, dim, reason))
+    return tuple(out)
+
+
+def _fallback(
+    norm: tuple[MeshPlacement, ...],
+    shape: tuple[Size, ...],
+    rule: tuple[DimSpec, ...],
+    mesh: tuple[int, ...],
+) -> tuple[tuple[MeshPlacement, ...], tuple[MeshPlacement, ...], tuple[Blocked, ...]]:
+    """Cases a layout cannot express: uneven sizes (rule tracing), otherwise replicate."""
+    if all(is_static(n) for n in shape):
+        try:
+            from .uneven import propagate_uneven
+        except ImportError:  # pragma: no cover - the fallback module is optional in a checkout
+            propagate_uneven = None
+        if propagate_uneven is not None:
+            torch_in = tuple(to_torch_placement(p) for p in norm)
+            target, out, blocked = propagate_uneven(torch_in, shape, rule, mesh)
+            return (
+                normalize_placements(target, len(shape), mesh),
+                normalize_placements(out, len(rule), mesh),
+                tuple(blocked),
+            )
+    sharded = [m for m, p in enumerate(norm) if isinstance(p, tuple)]
+    target = tuple(None if m in sharded else p for m, p in enumerate(norm))
+    reason = (
+        "its shard sizes are not a whole layout (uneven or symbolic sizes) and the fallback "
+        "cannot prove a sharded answer"
+    )
+    return target, target, tuple(Blocked(m, _dim(norm[m]), reason) for m in sharded)
