@@ -299,10 +299,35 @@ def _fallback(
                 normalize_placements(out, len(rule), mesh),
                 tuple(blocked),
             )
-    sharded = [m for m, p in enumerate(norm) if isinstance(p, tuple)]
-    target = tuple(None if m in sharded else p for m, p in enumerate(norm))
-    reason = (
-        "its shard sizes are not a whole layout (uneven or symbolic sizes) and the fallback "
-        "cannot prove a sharded answer"
-    )
-    return target, target, tuple(Blocked(m, _dim(norm[m]), reason) for m in sharded)
+    return _trace_whole_dims(norm, rule)
+
+
+def _trace_whole_dims(
+    norm: tuple[MeshPlacement, ...], rule: tuple[DimSpec, ...]
+) -> tuple[tuple[MeshPlacement, ...], tuple[MeshPlacement, ...], tuple[Blocked, ...]]:
+    """Rule tracing for symbolic shapes a layout cannot express (e.g. unbacked sizes).
+
+    A dim that the rule carries whole (``InputDim(d)`` at output o) keeps every placement on
+    it, even unevenly: the local op moves the dim and chunks nothing. That is all this can
+    prove without sizes; every other sharded mesh dim is replicated.
+    """
+    carried = {spec.input_dim: o for o, spec in enumerate(rule) if isinstance(spec, InputDim)}
+    target: list[MeshPlacement] = []
+    out: list[MeshPlacement] = []
+    blocked: list[Blocked] = []
+    for m, p in enumerate(norm):
+        if isinstance(p, tuple) and p[0] not in carried:
+            target.append(None)
+            out.append(None)
+            blocked.append(
+                Blocked(
+                    m,
+                    p[0],
+                    "the view reshapes it and its shard sizes cannot be proven to divide "
+                    "evenly (symbolic sizes)",
+                )
+            )
+        else:
+            target.append(p)
+            out.append((carried[p[0]], p[1]) if isinstance(p, tuple) else p)
+    return tuple(target), tuple(out), tuple(blocked)
