@@ -25,7 +25,7 @@ from functools import lru_cache
 
 from torch.distributed.tensor.placement_types import Partial, Placement
 
-from ..rules import DimSpec, InputDim
+from ..rules import DimSpec, Flatten, InputDim
 from .compose import compose_view, rule_groups
 from .errors import Blocked, RedistributionRequired
 from .sharded import (
@@ -48,6 +48,8 @@ def propagate_shape_and_sharding(
     rule: Sequence[object],
     mesh_shape: Sequence[int],
     strict_view: bool = False,
+    *,
+    complex_view: bool | None = None,
 ) -> tuple[tuple[Placement, ...], tuple[Placement, ...]]:
     """``(input_target_placements, output_placements)`` for a view op with DimMap ``rule``.
 
@@ -55,15 +57,20 @@ def propagate_shape_and_sharding(
     torch's DimSpecs or ``cute_shard.rules`` ones. With ``strict_view`` a view that needs
     communication raises ``RedistributionRequired`` naming the tensor dim, the mesh dim and
     the reason. Bad input raises ValueError.
+
+    ``view_as_complex`` has the same rule as a view that flattens a trailing size-2 dim, but
+    it needs whole (real, imag) pairs on every rank. ``complex_view`` says which op it is:
+    True for view_as_complex, False for a real view. None (unknown) gives an answer that is
+    valid for both.
     """
     shape = tuple(global_shape)
     mesh = tuple(mesh_shape)
     ours = _as_rule(tuple(rule))
     norm = normalize_placements(placements, len(shape), mesh)
     if all(is_static(n) for n in shape):
-        target, out, blocked = _propagate_cached(norm, shape, ours, mesh)
+        target, out, blocked = _propagate_cached(norm, shape, ours, mesh, complex_view)
     else:  # SymInt sizes are not hashable: no cache
-        target, out, blocked = _propagate(norm, shape, ours, mesh)
+        target, out, blocked = _propagate(norm, shape, ours, mesh, complex_view)
     if blocked and strict_view:
         raise RedistributionRequired(blocked, tuple(_merge_target(placements, target)))
     return tuple(_merge_target(placements, target)), tuple(to_torch_placement(p) for p in out)
@@ -162,8 +169,9 @@ def _propagate_cached(
     shape: tuple[int, ...],
     rule: tuple[DimSpec, ...],
     mesh: tuple[int, ...],
+    complex_view: bool | None,
 ) -> tuple[tuple[MeshPlacement, ...], tuple[MeshPlacement, ...], tuple[Blocked, ...]]:
-    return _propagate(norm, shape, rule, mesh)
+    return _propagate(norm, shape, rule, mesh, complex_view)
 
 
 def _propagate(
@@ -171,15 +179,30 @@ def _propagate(
     shape: tuple[Size, ...],
     rule: tuple[DimSpec, ...],
     mesh: tuple[int, ...],
+    complex_view: bool | None,
 ) -> tuple[tuple[MeshPlacement, ...], tuple[MeshPlacement, ...], tuple[Blocked, ...]]:
     check_rule(rule, shape)
-    first = _attempt(norm, shape, rule, mesh)
+    pairs = _complex_pair_dim(rule, shape) if complex_view is not False else None
+    first = _attempt(norm, shape, rule, mesh, pairs)
     if first is None:  # a layout cannot express the input: the rule-tracing fallback
-        return _fallback(norm, shape, rule, mesh)
+        return _fallback(norm, shape, rule, mesh, complex_view)
     out, failures, optional = first
     if out is not None:
         return norm, out, ()
-    return _least_to_move(norm, shape, rule, mesh, failures, optional)
+    return _least_to_move(norm, shape, rule, mesh, failures, optional, pairs)
+
+
+def _complex_pair_dim(rule: tuple[DimSpec, ...], shape: tuple[Size, ...]) -> int | None:
+    """The input dim holding (real, imag) pairs if ``rule`` may be view_as_complex's."""
+    n = len(shape)
+    if n >= 2 and rule and is_one(shape[-1] - 1):
+        last = rule[-1]
+        if isinstance(last, Flatten) and tuple(d.input_dim for d in last.input_dims) == (
+            n - 2,
+            n - 1,
+        ):
+            return n - 1
+    return None
 
 
 Failures = dict[int, tuple[int, str]]
@@ -190,6 +213,7 @@ def _attempt(
     shape: tuple[Size, ...],
     rule: tuple[DimSpec, ...],
     mesh: tuple[int, ...],
+    pairs: int | None = None,
 ) -> tuple[tuple[MeshPlacement, ...] | None, Failures, Failures] | None:
     """``(output placements, {}, {})`` for input placements ``norm``, or ``(None, failures,
     optional)``: the mesh dims that fail directly, and those of a group whose local sub-modes
@@ -200,6 +224,13 @@ def _attempt(
         return None
     routed = compose_view(sl, rule)
     failures: Failures = dict(routed.failures)
+    if pairs is not None:
+        for m, p in enumerate(norm):
+            if isinstance(p, tuple) and p[0] == pairs and mesh[m] > 1:
+                failures.setdefault(
+                    m,
+                    (pairs, "view_as_complex needs whole (real, imag) pairs on every rank"),
+                )
     optional: Failures = {}
     for dims, reason in routed.local_failures:
         for m, p in enumerate(norm):
@@ -237,6 +268,7 @@ def _least_to_move(
     mesh: tuple[int, ...],
     failures: Failures,
     optional: Failures,
+    pairs: int | None = None,
 ) -> tuple[tuple[MeshPlacement, ...], tuple[MeshPlacement, ...], tuple[Blocked, ...]]:
     sharded = [m for m, p in enumerate(norm) if isinstance(p, tuple)]
     direct = set(failures)
@@ -255,7 +287,7 @@ def _least_to_move(
     )
     for subset in subsets:
         target = tuple(None if m in subset else p for m, p in enumerate(norm))
-        result = _attempt(target, shape, rule, mesh)
+        result = _attempt(target, shape, rule, mesh, pairs)
         if result is not None and result[0] is not None:
             return target, result[0], _blocked(norm, subset, failures)
     everything = tuple(sharded)
@@ -284,21 +316,21 @@ def _fallback(
     shape: tuple[Size, ...],
     rule: tuple[DimSpec, ...],
     mesh: tuple[int, ...],
+    complex_view: bool | None = None,
 ) -> tuple[tuple[MeshPlacement, ...], tuple[MeshPlacement, ...], tuple[Blocked, ...]]:
     """Cases a layout cannot express: uneven sizes (rule tracing), otherwise replicate."""
     if all(is_static(n) for n in shape):
-        try:
-            from .uneven import propagate_uneven
-        except ImportError:  # pragma: no cover - the fallback module is optional in a checkout
-            propagate_uneven = None
-        if propagate_uneven is not None:
-            torch_in = tuple(to_torch_placement(p) for p in norm)
-            target, out, blocked = propagate_uneven(torch_in, shape, rule, mesh)
-            return (
-                normalize_placements(target, len(shape), mesh),
-                normalize_placements(out, len(rule), mesh),
-                tuple(blocked),
-            )
+        from .uneven import propagate_uneven
+
+        torch_in = tuple(to_torch_placement(p) for p in norm)
+        target, out, blocked = propagate_uneven(
+            torch_in, shape, rule, mesh, complex_view=complex_view
+        )
+        return (
+            normalize_placements(target, len(shape), mesh),
+            normalize_placements(out, len(rule), mesh),
+            tuple(blocked),
+        )
     return _trace_whole_dims(norm, rule)
 
 
