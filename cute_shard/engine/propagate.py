@@ -25,7 +25,7 @@ from functools import lru_cache
 
 from torch.distributed.tensor.placement_types import Partial, Placement
 
-from ..rules import DimSpec, Flatten, InputDim
+from ..rules import Broadcast, DimSpec, Flatten, InputDim
 from .compose import compose_view, rule_groups
 from .errors import Blocked, RedistributionRequired
 from .sharded import (
@@ -133,8 +133,12 @@ def _convert(rule: tuple[object, ...]) -> tuple[DimSpec, ...]:
 
 
 def check_rule(rule: tuple[DimSpec, ...], shape: tuple[Size, ...]) -> None:
-    """ValueError unless ``rule`` refers to every non-size-1 input dim exactly once."""
+    """ValueError unless the sizes are >= 0 and ``rule`` refers to every non-size-1 input dim
+    exactly once (and broadcasts only size-1 dims)."""
     ndim = len(shape)
+    for d, n in enumerate(shape):
+        if is_static(n) and n < 0:
+            raise ValueError(f"input dim {d} has size {n}; sizes must be >= 0")
     used: set[int] = set()
     groups, others = rule_groups(rule)
     sources = [g.in_dims for g in groups]
@@ -142,6 +146,12 @@ def check_rule(rule: tuple[DimSpec, ...], shape: tuple[Size, ...]) -> None:
         inner = getattr(spec, "dim", None) or getattr(spec, "input_dim", None)
         if isinstance(inner, InputDim):
             sources.append((inner.input_dim,))
+            d = inner.input_dim
+            if isinstance(spec, Broadcast) and 0 <= d < ndim and not is_one(shape[d]):
+                raise ValueError(
+                    f"rule broadcasts input dim {d} of size {shape[d]}; only size-1 dims "
+                    "broadcast (the rule does not match the shape)"
+                )
     for dims in sources:
         for d in dims:
             if not 0 <= d < ndim:
