@@ -37,6 +37,8 @@ from cute_shard.rules import UndecidableRule, map_sizes
 from cute_shard.rules.builders import _view_groups_sym
 from cute_shard.rules.torch_compat import from_torch, to_torch
 
+from .engine_strategies import merged
+
 # ---------------------------------------------------------------------------
 # Strategies
 # ---------------------------------------------------------------------------
@@ -73,18 +75,6 @@ def reshape_target(draw: st.DrawFn, numel: int, *, allow_infer: bool = True) -> 
 
 
 @st.composite
-def merged_target(draw: st.DrawFn, shape: tuple[int, ...]) -> tuple[int, ...]:
-    """``shape`` with random runs of adjacent dims multiplied together (flatten-like views)."""
-    out: list[int] = []
-    for s in shape:
-        if out and draw(st.booleans()):
-            out[-1] *= s
-        else:
-            out.append(s)
-    return tuple(out)
-
-
-@st.composite
 def dim_of(draw: st.DrawFn, ndim: int, *, extra: int = 0) -> int:
     """A legal dim for rank ``ndim`` (+``extra`` positions), positive or negative."""
     n = max(ndim + extra, 1)
@@ -110,7 +100,7 @@ def test_view_groups_matches_torch(data: st.DataObject, src: tuple[int, ...]) ->
     numel = 1
     for s in src:
         numel *= s
-    dst = data.draw(st.one_of(reshape_target(numel), merged_target(src)))
+    dst = data.draw(st.one_of(reshape_target(numel), merged(src)))
     ours = R.view_groups(src, dst)
     assert _view_groups_sym(src, dst) == ours  # generic path == int fast path
     assert R.canonicalize(ours) == ours

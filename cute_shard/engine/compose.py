@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from ..rules import Broadcast, DimSpec, Flatten, InputDim, NewDim, Repeat, Singleton, Split
 from .sharded import LOCAL, Leaf, ShardedLayout, coalesce_leaves
@@ -66,8 +67,30 @@ class _Group:
     sizes: tuple[Size, ...]  # piece sizes, outer to inner
 
 
-def rule_groups(rule: Sequence[DimSpec]) -> tuple[list[_Group], dict[int, DimSpec]]:
-    """Split a rule into Flatten/Split/InputDim groups and the other (source-less) specs."""
+def rule_groups(
+    rule: Sequence[DimSpec],
+) -> tuple[tuple[_Group, ...], tuple[tuple[int, DimSpec], ...]]:
+    """Split a rule into Flatten/Split/InputDim groups and the other ``(output dim, spec)``.
+
+    Pure in the rule, so it is computed once per rule (the engine asks for it on every
+    attempt); rules holding SymInt sizes are not hashable and are grouped afresh.
+    """
+    try:
+        return _rule_groups_cached(tuple(rule))
+    except TypeError:
+        return _rule_groups(rule)
+
+
+@lru_cache(maxsize=1024)
+def _rule_groups_cached(
+    rule: tuple[DimSpec, ...],
+) -> tuple[tuple[_Group, ...], tuple[tuple[int, DimSpec], ...]]:
+    return _rule_groups(rule)
+
+
+def _rule_groups(
+    rule: Sequence[DimSpec],
+) -> tuple[tuple[_Group, ...], tuple[tuple[int, DimSpec], ...]]:
     splits: dict[DimSpec, dict[int, tuple[int, tuple[Size, ...]]]] = {}
     groups: list[_Group] = []
     others: dict[int, DimSpec] = {}
@@ -87,7 +110,7 @@ def rule_groups(rule: Sequence[DimSpec]) -> tuple[list[_Group], dict[int, DimSpe
             )
         outs = tuple(pieces[j][0] for j in range(len(shape)))
         groups.append(_Group(_source_dims(src), outs, tuple(shape)))
-    return groups, others
+    return tuple(groups), tuple(others.items())
 
 
 def _source_dims(spec: DimSpec) -> tuple[int, ...]:
@@ -104,7 +127,7 @@ def compose_view(sl: ShardedLayout, rule: Sequence[DimSpec]) -> Routed:
     groups, others = rule_groups(rule)
     for g in groups:
         _route_group(sl, g, routed)
-    for o, spec in others.items():
+    for o, spec in others:
         routed.out_dims[o] = _route_other(sl, o, spec, routed)
     return routed
 

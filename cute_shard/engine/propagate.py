@@ -26,7 +26,7 @@ from functools import lru_cache
 from torch.distributed.tensor.placement_types import Partial, Placement
 
 from ..rules import Broadcast, DimSpec, Flatten, InputDim
-from .compose import compose_view, rule_groups
+from .compose import _rule_groups_cached, compose_view, rule_groups
 from .errors import Blocked, RedistributionRequired
 from .sharded import (
     MeshPlacement,
@@ -82,6 +82,7 @@ def cache_clear() -> None:
 
     _propagate_cached.cache_clear()
     _as_rule_cached.cache_clear()
+    _rule_groups_cached.cache_clear()
     rules.cache_clear()
     layout.cache_clear()
 
@@ -93,14 +94,10 @@ def _merge_target(
     # factor 1 stays as given, so DTensor sees no redistribution); moved ones are Replicate.
     return [
         p
-        if t is not None or isinstance(p, Partial) or _is_replicate(p)
+        if t is not None or isinstance(p, Partial) or p.is_replicate()
         else to_torch_placement(None)
         for p, t in zip(placements, target, strict=True)
     ]
-
-
-def _is_replicate(p: Placement) -> bool:
-    return p.is_replicate()
 
 
 # --------------------------------------------------------------------------------------------
@@ -142,7 +139,7 @@ def check_rule(rule: tuple[DimSpec, ...], shape: tuple[Size, ...]) -> None:
     used: set[int] = set()
     groups, others = rule_groups(rule)
     sources = [g.in_dims for g in groups]
-    for spec in others.values():
+    for _, spec in others:
         inner = getattr(spec, "dim", None) or getattr(spec, "input_dim", None)
         if isinstance(inner, InputDim):
             sources.append((inner.input_dim,))

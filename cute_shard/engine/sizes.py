@@ -44,12 +44,6 @@ def is_one(a: Size) -> bool:
     return a == 1 if type(a) is int else known(a == 1)
 
 
-def le(a: Size, b: Size) -> bool:
-    if type(a) is int and type(b) is int:
-        return a <= b
-    return known(a <= b)
-
-
 def prod(xs: Any) -> Size:
     p: Size = 1
     for x in xs:

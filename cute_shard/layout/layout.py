@@ -77,13 +77,6 @@ class Layout:
         return self
 
     @classmethod
-    def from_flat(cls, shape: tuple[int, ...], stride: tuple[int, ...]) -> Layout:
-        """A depth-1 layout from flat leaves; a single leaf gives an int layout ``s:d``."""
-        if len(shape) == 1:
-            return cls._trusted(shape[0], stride[0], shape, stride)
-        return cls._trusted(shape, stride, shape, stride)
-
-    @classmethod
     def parse(cls, text: str) -> Layout:
         """Read CuTe notation ``shape:stride`` (``"(2,(3,4)):(12,(4,1))"``), or a bare shape
         (compact column-major strides, as ``make_layout``)."""
