@@ -25,7 +25,7 @@ from functools import lru_cache
 
 from torch.distributed.tensor.placement_types import Partial, Placement
 
-from ..rules import Broadcast, DimSpec, Flatten, InputDim
+from ..rules import Broadcast, DimSpec, Flatten, InputDim, Repeat
 from .compose import _rule_groups_cached, compose_view, rule_groups
 from .errors import Blocked, RedistributionRequired
 from .sharded import (
@@ -40,6 +40,9 @@ from .sizes import Size, is_one, is_static
 __all__ = ["cache_clear", "propagate_shape_and_sharding"]
 
 CACHE_SIZE = 8192
+
+# (input target, output placements, the mesh dims that move and why)
+Answer = tuple[tuple[MeshPlacement, ...], tuple[MeshPlacement, ...], tuple[Blocked, ...]]
 
 
 def propagate_shape_and_sharding(
@@ -177,7 +180,7 @@ def _propagate_cached(
     rule: tuple[DimSpec, ...],
     mesh: tuple[int, ...],
     complex_view: bool | None,
-) -> tuple[tuple[MeshPlacement, ...], tuple[MeshPlacement, ...], tuple[Blocked, ...]]:
+) -> Answer:
     return _propagate(norm, shape, rule, mesh, complex_view)
 
 
@@ -187,29 +190,105 @@ def _propagate(
     rule: tuple[DimSpec, ...],
     mesh: tuple[int, ...],
     complex_view: bool | None,
-) -> tuple[tuple[MeshPlacement, ...], tuple[MeshPlacement, ...], tuple[Blocked, ...]]:
+) -> Answer:
     check_rule(rule, shape)
     pairs = _complex_pair_dim(rule, shape) if complex_view is not False else None
+    carried = _carried(norm, shape, rule, pairs)
+    if all(not isinstance(p, tuple) or m in carried for m, p in enumerate(norm)):
+        return norm, _with_carried(norm, carried), ()
     first = _attempt(norm, shape, rule, mesh, pairs)
     if first is None:  # a layout cannot express the input: the rule-tracing fallback
-        return _fallback(norm, shape, rule, mesh, complex_view)
-    out, failures, optional = first
-    if out is not None:
-        return norm, out, ()
-    return _least_to_move(norm, shape, rule, mesh, failures, optional, pairs)
+        target, out, blocked = _fallback(norm, shape, rule, mesh, complex_view)
+    elif first[0] is not None:
+        target, out, blocked = norm, first[0], ()
+    else:
+        target, out, blocked = _least_to_move(norm, shape, rule, mesh, first[1], first[2], pairs)
+    if carried:
+        target = tuple(norm[m] if m in carried else t for m, t in enumerate(target))
+        out = _with_carried(out, carried)
+        blocked = tuple(b for b in blocked if b.mesh_dim not in carried)
+    return target, out, blocked
+
+
+def _carried(
+    norm: tuple[MeshPlacement, ...],
+    shape: tuple[Size, ...],
+    rule: tuple[DimSpec, ...],
+    pairs: int | None,
+) -> dict[int, MeshPlacement]:
+    """The output placement of every mesh dim whose tensor dim the rule carries whole.
+
+    Such a mesh dim stays, whatever the sizes (uneven, symbolic), and independently of the
+    mesh dims on other tensor dims:
+
+    - ``InputDim(d)`` at output dim o: the local op moves dim d whole and chunks nothing, so
+      ``(d, sf)`` is ``(o, sf)``. Re-reading it off a layout could only re-spell it (a
+      ``Shard`` whose local length is <= 1 is also a ``_StridedShard``).
+    - ``repeat(d, k)``, and ``flat(d0..dj, d)`` whose leading dims no mesh dim shards: the
+      output dim is k (or P = the leading dims' size) copies of dim d, and each copy is
+      chunked as dim d was. If every placement on d is a ``Shard``, each becomes
+      ``_StridedShard(o, k)``: k pieces, each the whole dim d, chunked the same way.
+      (A ``_StridedShard`` of d would need its pieces to divide d; that is left to the
+      layout path.) Not for the flatten ``view_as_complex`` may have.
+    """
+    by_dim: dict[int, list[int]] = {}
+    for m, p in enumerate(norm):
+        if isinstance(p, tuple):
+            by_dim.setdefault(p[0], []).append(m)
+    out: dict[int, MeshPlacement] = {}
+    for o, spec in enumerate(rule):
+        if isinstance(spec, InputDim):
+            for m in by_dim.get(spec.input_dim, ()):
+                out[m] = (o, norm[m][1])  # type: ignore[index]
+            continue
+        d, copies = _copied_dim(spec, shape, by_dim, pairs)
+        if d is None or (is_static(copies) and copies < 1):  # not copies, or no data at all
+            continue
+        if all(norm[m][1] == 1 for m in by_dim[d]):  # type: ignore[index]
+            for m in by_dim[d]:
+                out[m] = (o, copies)
+    return out
+
+
+def _copied_dim(
+    spec: DimSpec, shape: tuple[Size, ...], by_dim: dict[int, list[int]], pairs: int | None
+) -> tuple[int | None, Size]:
+    """``(d, k)`` if output dim ``spec`` is k copies of the sharded input dim d, else None."""
+    if isinstance(spec, Repeat) and isinstance(spec.input_dim, InputDim):
+        d = spec.input_dim.input_dim
+        return (d, spec.times) if d in by_dim else (None, 1)
+    if isinstance(spec, Flatten):
+        dims = [x.input_dim for x in spec.input_dims]
+        d = dims[-1]
+        if d in by_dim and d != pairs and not any(x in by_dim for x in dims[:-1]):
+            copies: Size = 1
+            for x in dims[:-1]:
+                copies = copies * shape[x]
+            return d, copies
+    return None, 1
+
+
+def _with_carried(
+    result: tuple[MeshPlacement, ...], carried: dict[int, MeshPlacement]
+) -> tuple[MeshPlacement, ...]:
+    return tuple(carried.get(m, r) for m, r in enumerate(result))
 
 
 def _complex_pair_dim(rule: tuple[DimSpec, ...], shape: tuple[Size, ...]) -> int | None:
-    """The input dim holding (real, imag) pairs if ``rule`` may be view_as_complex's."""
+    """The input dim holding (real, imag) pairs if ``rule`` may be view_as_complex's:
+    ``(d0, .., d(n-3), flat(d(n-2), d(n-1)))`` with a last dim of size 2."""
     n = len(shape)
-    if n >= 2 and rule and is_one(shape[-1] - 1):
-        last = rule[-1]
-        if isinstance(last, Flatten) and tuple(d.input_dim for d in last.input_dims) == (
-            n - 2,
-            n - 1,
-        ):
-            return n - 1
-    return None
+    if n < 2 or len(rule) != n - 1 or not (is_static(shape[-1]) and shape[-1] == 2):
+        return None
+    last = rule[-1]
+    if not isinstance(last, Flatten) or tuple(d.input_dim for d in last.input_dims) != (
+        n - 2,
+        n - 1,
+    ):
+        return None
+    if any(rule[i] != InputDim(i) for i in range(n - 2)):
+        return None
+    return n - 1
 
 
 Failures = dict[int, tuple[int, str]]
@@ -276,7 +355,7 @@ def _least_to_move(
     failures: Failures,
     optional: Failures,
     pairs: int | None = None,
-) -> tuple[tuple[MeshPlacement, ...], tuple[MeshPlacement, ...], tuple[Blocked, ...]]:
+) -> Answer:
     sharded = [m for m, p in enumerate(norm) if isinstance(p, tuple)]
     direct = set(failures)
     failures = {**optional, **failures}
@@ -324,26 +403,120 @@ def _fallback(
     rule: tuple[DimSpec, ...],
     mesh: tuple[int, ...],
     complex_view: bool | None = None,
-) -> tuple[tuple[MeshPlacement, ...], tuple[MeshPlacement, ...], tuple[Blocked, ...]]:
-    """Cases a layout cannot express: uneven sizes (rule tracing), otherwise replicate."""
+) -> Answer:
+    """Cases a layout cannot express: uneven sizes (exact rule tracing in ``uneven.py``);
+    symbolic sizes (the same, at the hints, for what no symbol can change)."""
     if all(is_static(n) for n in shape):
-        from .uneven import propagate_uneven
-
-        torch_in = tuple(to_torch_placement(p) for p in norm)
-        target, out, blocked = propagate_uneven(
-            torch_in, shape, rule, mesh, complex_view=complex_view
-        )
-        return (
-            normalize_placements(target, len(shape), mesh),
-            normalize_placements(out, len(rule), mesh),
-            tuple(blocked),
-        )
-    return _trace_whole_dims(norm, rule)
+        return _uneven(norm, shape, rule, mesh, complex_view)
+    hints = _hints(shape)
+    if hints is None:  # unbacked sizes: nothing to evaluate at
+        return _trace_whole_dims(norm, rule)
+    return _symbolic(norm, shape, hints, rule, mesh, complex_view)
 
 
-def _trace_whole_dims(
-    norm: tuple[MeshPlacement, ...], rule: tuple[DimSpec, ...]
-) -> tuple[tuple[MeshPlacement, ...], tuple[MeshPlacement, ...], tuple[Blocked, ...]]:
+def _uneven(
+    norm: tuple[MeshPlacement, ...],
+    shape: tuple[int, ...],
+    rule: tuple[DimSpec, ...],
+    mesh: tuple[int, ...],
+    complex_view: bool | None,
+) -> Answer:
+    from .uneven import propagate_uneven
+
+    torch_in = tuple(to_torch_placement(p) for p in norm)
+    target, out, blocked = propagate_uneven(torch_in, shape, rule, mesh, complex_view=complex_view)
+    return (
+        normalize_placements(target, len(shape), mesh),
+        normalize_placements(out, len(rule), mesh),
+        tuple(blocked),
+    )
+
+
+def _hints(shape: tuple[Size, ...]) -> tuple[int, ...] | None:
+    out = []
+    for n in shape:
+        hint = n if is_static(n) else getattr(n.node, "hint", None)
+        if hint is None:
+            return None
+        out.append(int(hint))
+    return tuple(out)
+
+
+def _symbolic(
+    norm: tuple[MeshPlacement, ...],
+    shape: tuple[Size, ...],
+    hints: tuple[int, ...],
+    rule: tuple[DimSpec, ...],
+    mesh: tuple[int, ...],
+    complex_view: bool | None,
+) -> Answer:
+    """Symbolic sizes a layout cannot decide: solve the problem at the hints, keeping only the
+    mesh dims whose answer no value of a symbol can change.
+
+    The exact fallback works per group of input dims that the rule mixes; a group without
+    symbolic sizes (in its input dims and in its rule specs) has the same index sets for every
+    value of the symbols, and a mesh dim of size 1 holds everything whatever its placement. The
+    other sharded mesh dims are replicated first, and the problem is solved again at the hints
+    with them replicated, so what is kept was proven in the situation that is returned
+    (symbolic sizes are backed, so >= 2: no symbol makes a rank empty).
+    """
+    from ..rules import map_sizes
+
+    symbolic_dims = _symbolic_groups(shape, rule)
+    keep = tuple(
+        p if not isinstance(p, tuple) or mesh[m] == 1 or p[0] not in symbolic_dims else None
+        for m, p in enumerate(norm)
+    )
+    hint_rule = map_sizes(rule, lambda n: n if is_static(n) else int(n.node.hint))
+    target, out, blocked = _uneven(keep, hints, hint_rule, mesh, complex_view)
+    why = (
+        "the view mixes it with symbolic sizes, and its shard sizes cannot be proven to "
+        "divide evenly for every value"
+    )
+    moved = tuple(
+        Blocked(m, p[0], why) for m, (p, k) in enumerate(zip(norm, keep, strict=True)) if p != k
+    )
+    return target, out, tuple(sorted(moved + blocked, key=lambda b: b.mesh_dim))
+
+
+def _symbolic_groups(shape: tuple[Size, ...], rule: tuple[DimSpec, ...]) -> set[int]:
+    """The input dims in a group of the rule that involves a symbolic size."""
+    from ..rules import Broadcast as B
+    from ..rules import NewDim, Repeat, Split
+
+    def walk(spec: DimSpec, dims: set[int]) -> bool:  # True if the spec holds a symbolic size
+        sym = False
+        if isinstance(spec, InputDim):
+            dims.add(spec.input_dim)
+            return not is_static(shape[spec.input_dim])
+        if isinstance(spec, Split):
+            sym = any(not is_static(n) for n in spec.group_shape)
+        elif isinstance(spec, B):
+            sym = not is_static(spec.dim_size)
+        elif isinstance(spec, Repeat):
+            sym = not is_static(spec.times)
+        elif isinstance(spec, NewDim):
+            sym = not is_static(spec.size)
+        for inner in spec.inputs():
+            sym = walk(inner, dims) or sym
+        return sym
+
+    groups: list[tuple[set[int], bool]] = []
+    for spec in rule:
+        dims: set[int] = set()
+        groups.append((dims, walk(spec, dims)))
+    out: set[int] = {d for d, n in enumerate(shape) if not is_static(n)}
+    changed = True
+    while changed:  # a group is symbolic if any spec sharing an input dim with it is
+        changed = False
+        for dims, sym in groups:
+            if dims and (sym or dims & out) and not dims <= out:
+                out |= dims
+                changed = True
+    return out
+
+
+def _trace_whole_dims(norm: tuple[MeshPlacement, ...], rule: tuple[DimSpec, ...]) -> Answer:
     """Rule tracing for symbolic shapes a layout cannot express (e.g. unbacked sizes).
 
     A dim that the rule carries whole (``InputDim(d)`` at output o) keeps every placement on

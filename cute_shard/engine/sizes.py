@@ -1,10 +1,11 @@
 """Size arithmetic that works on ints and on torch SymInts without data-dependent errors.
 
 The engine's decisions are divisibility and equality questions about sizes. For plain ints they
-are answered directly. For SymInts, ``known`` asks torch's ShapeEnv with ``guard_or_false``:
-a backed symbol answers from its hint and records a guard (so a compiled program re-checks
-the fact instead of silently reusing a wrong sharding). An unbacked symbol answers "not known",
-and the engine then takes the branch that keeps the answer valid (it redistributes).
+are answered directly. For SymInts, ``known`` first asks torch's ShapeEnv what it can prove
+(no guard). Otherwise it uses ``guard_or_false``: a backed symbol answers from its hint and
+records a guard (so a compiled program re-checks the fact instead of silently reusing a wrong
+sharding). An unbacked symbol answers "not known", and the engine then takes the branch that
+keeps the answer valid (it redistributes).
 """
 
 from __future__ import annotations
@@ -22,8 +23,14 @@ def known(cond: object) -> bool:
     """True only when ``cond`` holds (for a SymBool: provably, or guarded on a backed hint)."""
     if type(cond) is bool:
         return cond
-    from torch.fx.experimental.symbolic_shapes import guard_or_false
+    from torch import sym_not
+    from torch.fx.experimental.symbolic_shapes import guard_or_false, statically_known_true
 
+    # What the ShapeEnv can prove needs no guard; only a fact that depends on the hint does.
+    if statically_known_true(cond):
+        return True
+    if statically_known_true(sym_not(cond)):
+        return False
     return guard_or_false(cond)
 
 

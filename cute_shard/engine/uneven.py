@@ -76,7 +76,7 @@ from torch.distributed.tensor.placement_types import (
     _StridedShard,
 )
 
-from ..rules import Broadcast, DimSpec, Flatten, InputDim, Repeat, Split
+from ..rules import Broadcast, DimSpec, Flatten, InputDim, Repeat, Singleton, Split
 from .errors import Blocked
 
 __all__ = ["MAX_FAMILIES", "MAX_SEARCH_CHECKS", "propagate_uneven"]
@@ -473,7 +473,11 @@ def _is_local_view(
     rule: Sequence[DimSpec], shape: tuple[int, ...], complex_view: bool | None
 ) -> bool:
     """Whether only view-family ops have ``rule``: it has a Split that keeps the size (not
-    view_as_real's) or a Flatten (not one view_as_complex may have)."""
+    view_as_real's), a Flatten (not one view_as_complex may have), or it both drops an input
+    dim and adds a ``Singleton`` (squeeze only drops, unsqueeze and expand only add)."""
+    used = {d for spec in rule for d in _all_input_dims(spec)}
+    if len(used) < len(shape) and any(isinstance(s, Singleton) for s in rule):
+        return True
     for spec in rule:
         src = _source_dims(spec.input_dim) if isinstance(spec, Split) else None
         total = math.prod(shape[d] for d in src) if src is not None else 0
