@@ -28,6 +28,7 @@ from torch.distributed.tensor.placement_types import Partial, Placement
 from ..rules import Broadcast, DimSpec, Flatten, InputDim, Repeat
 from .compose import _rule_groups_cached, compose_view, rule_groups
 from .errors import Blocked, RedistributionRequired
+from .fast import fast_propagate
 from .sharded import (
     MeshPlacement,
     layout_to_placements,
@@ -69,6 +70,9 @@ def propagate_shape_and_sharding(
     shape = tuple(global_shape)
     mesh = tuple(mesh_shape)
     ours = _as_rule(tuple(rule))
+    fast = fast_propagate(placements, shape, ours, mesh, complex_view)
+    if fast is not None:  # the common even, zero-communication view
+        return tuple(placements), fast
     norm = normalize_placements(placements, len(shape), mesh)
     if all(is_static(n) for n in shape):
         target, out, blocked = _propagate_cached(norm, shape, ours, mesh, complex_view)

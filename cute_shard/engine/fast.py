@@ -1,0 +1,323 @@
+"""The hot path: the common view answered with plain ints, or ``None`` for the general engine.
+
+Most views a model runs are even, static and need no communication: a flatten of an evenly
+sharded dim, an unflatten, a permute. For them this module computes the same answer as the
+layout pipeline (``placements_to_layout`` -> ``compose_view`` -> ``layout_to_placements``),
+with the sub-modes held as two flat lists per tensor dim and no objects built on the way.
+Anything else returns ``None`` and the caller runs the general engine, which also owns every
+error message: symbolic or zero sizes, uneven shards, size-1 mesh dims, a mesh dim that must
+move, ``repeat`` of a sharded dim, a rule that does not match the shape, a placement it does
+not know.
+
+The representation, outer sub-mode first (row-major): ``sizes[d]`` and ``tags[d]``, where a
+tag is ``-1`` for a local sub-mode and the mesh dim for a gpu one.
+
+- Building (DTensor applies mesh dims left to right): a ``_StridedShard(d, sf)`` on mesh dim
+  m of size n (a ``Shard`` is sf = 1) cuts the local sub-modes of dim d, read row-major, into
+  ``(sf, n, rest)`` and tags the middle block m. The cut must fall on sub-mode boundaries or
+  divide a local sub-mode, and ``sf * n`` must divide the local length (even).
+- Routing: a group (one ``InputDim``, a ``Flatten``, or the ``Split``s of one source) lines
+  up its input dims' sub-modes and cuts them at the output pieces' boundaries. Only local
+  sub-modes may be cut; a gpu sub-mode must land whole in one output dim.
+- Reading: mesh dim m's split factor is the product of the sub-modes outer to its block,
+  leaving out those of the mesh dims before m (they are already applied).
+
+``InputDim`` outputs carry their placements verbatim (the local op moves the dim whole), as
+in the general engine. ``tests``/``property_tests`` check that this path and the general one
+agree on every case this path answers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from torch.distributed.tensor.placement_types import (
+    Partial,
+    Placement,
+    Replicate,
+    Shard,
+    _StridedShard,
+)
+
+from ..rules import Broadcast, DimSpec, Flatten, InputDim, NewDim, Singleton, Split
+
+__all__ = ["fast_propagate", "placement"]
+
+LOCAL = -1
+_CACHE_LIMIT = 4096
+_placements: dict[tuple[int, int], Placement] = {}
+
+
+def placement(dim: int, sf: int) -> Placement:
+    """The canonical torch placement for ``(dim, sf)``, shared (placements are immutable)."""
+    p = _placements.get((dim, sf))
+    if p is None:
+        if len(_placements) >= _CACHE_LIMIT:
+            _placements.clear()
+        p = Shard(dim) if sf == 1 else _StridedShard(dim, split_factor=sf)
+        _placements[(dim, sf)] = p
+    return p
+
+
+def fast_propagate(
+    placements: Sequence[Placement],
+    shape: tuple[int, ...],
+    rule: tuple[DimSpec, ...],
+    mesh: tuple[int, ...],
+    complex_view: bool | None,
+) -> tuple[Placement, ...] | None:
+    """The output placements of a zero-communication view with input ``placements``, or None
+    when this path does not answer (see the module docstring)."""
+    ndim = len(shape)
+    if len(placements) != len(mesh):
+        return None
+    for n in shape:
+        if type(n) is not int or n < 1:
+            return None
+    dims = _shard_dims(placements, ndim, mesh)
+    if dims is None:
+        return None
+    if complex_view is not False and (ndim - 1) in dims and _maybe_complex(rule, shape):
+        return None
+    out: list[Placement] = list(placements)
+    used = 0
+    source: DimSpec | None = None  # the Split group being collected: source, (split_id, o)s
+    ids: list[tuple[int, int]] = []
+    for o, spec in enumerate(rule):
+        cls = type(spec)
+        if source is not None and (cls is not Split or spec.input_dim != source):  # type: ignore[attr-defined]
+            used = _split_group(shape, rule, source, ids, used, dims, mesh, out)
+            if used < 0:
+                return None
+            source = None
+        if cls is InputDim:
+            d = spec.input_dim  # type: ignore[attr-defined]
+            if d >= ndim or used >> d & 1:
+                return None
+            used |= 1 << d
+            for m, sf in dims.get(d, ()):
+                out[m] = placement(o, sf)
+        elif cls is Flatten:
+            src = tuple([x.input_dim for x in spec.input_dims])  # type: ignore[attr-defined]
+            used = _use(src, used, ndim)
+            if used < 0 or not _route(shape, src, None, (o,), dims, mesh, out):
+                return None
+        elif cls is Split:
+            if source is None:
+                source = spec.input_dim  # type: ignore[attr-defined]
+                ids = []
+            ids.append((spec.split_id, o))  # type: ignore[attr-defined]
+        elif cls is Broadcast:
+            inner = spec.dim  # type: ignore[attr-defined]
+            if type(inner) is InputDim:
+                d = inner.input_dim
+                if d >= ndim or d in dims or shape[d] != 1 or used >> d & 1:
+                    return None
+                used |= 1 << d
+        elif cls is not Singleton and cls is not NewDim:  # Repeat: the general engine
+            return None
+    if source is not None:
+        used = _split_group(shape, rule, source, ids, used, dims, mesh, out)
+        if used < 0:
+            return None
+    for d in range(ndim):  # an input dim the rule drops must be an unsharded size-1 dim
+        if not used >> d & 1 and (shape[d] != 1 or d in dims):
+            return None
+    return tuple(out)
+
+
+def _split_group(
+    shape: tuple[int, ...],
+    rule: tuple[DimSpec, ...],
+    source: DimSpec,
+    ids: list[tuple[int, int]],
+    used: int,
+    dims: dict[int, list[tuple[int, int]]],
+    mesh: tuple[int, ...],
+    out: list[Placement],
+) -> int:
+    """Route the ``Split``s of one source (consecutive in the rule); ``used`` updated, or -1."""
+    if type(source) is InputDim:
+        src: tuple[int, ...] = (source.input_dim,)  # type: ignore[attr-defined]
+    elif type(source) is Flatten:
+        src = tuple([x.input_dim for x in source.input_dims])  # type: ignore[attr-defined]
+    else:
+        return -1
+    used = _use(src, used, len(shape))
+    pieces = rule[ids[0][1]].group_shape  # type: ignore[attr-defined]
+    if used < 0 or len(ids) != len(pieces):
+        return -1
+    total = 1
+    for d in src:
+        total *= shape[d]
+    product = 1
+    for x in pieces:
+        product *= x
+    if product != total:
+        return -1
+    targets = [0] * len(pieces)
+    for split_id, o in ids:
+        targets[split_id] = o
+    return used if _route(shape, src, pieces, targets, dims, mesh, out) else -1
+
+
+def _shard_dims(
+    placements: Sequence[Placement], ndim: int, mesh: tuple[int, ...]
+) -> dict[int, list[tuple[int, int]]] | None:
+    """``{tensor dim: [(mesh dim, split factor), ...]}`` in mesh order, or None."""
+    dims: dict[int, list[tuple[int, int]]] = {}
+    for m, p in enumerate(placements):
+        n = mesh[m]
+        if type(n) is not int or n < 1:
+            return None
+        cls = type(p)
+        if cls is Replicate:
+            continue
+        if cls is Shard or cls is _StridedShard:
+            d = p.dim  # type: ignore[attr-defined]
+            sf = 1 if cls is Shard else p.split_factor  # type: ignore[attr-defined]
+            if d < 0:
+                d += ndim
+            if not 0 <= d < ndim or type(sf) is not int or sf < 1 or n == 1:
+                return None
+            dims.setdefault(d, []).append((m, sf))
+        elif not isinstance(p, Partial):
+            return None
+    return dims
+
+
+def _use(src: tuple[int, ...], used: int, ndim: int) -> int:
+    """``used`` with the bits of ``src`` set, or -1 if one is out of range or used twice."""
+    for d in src:
+        if d >= ndim or used >> d & 1:
+            return -1
+        used |= 1 << d
+    return used
+
+
+def _build(
+    length: int, steps: list[tuple[int, int]], mesh: tuple[int, ...]
+) -> tuple[list[int], list[int]] | None:
+    """The sub-modes of a dim of ``length`` sharded by ``steps``, outer first, or None."""
+    sizes = [length]
+    tags = [LOCAL]
+    local = length
+    for m, sf in steps:
+        n = mesh[m]
+        if local % (sf * n):
+            return None
+        start = _cut(sizes, tags, sf)
+        end = _cut(sizes, tags, sf * n) if start >= 0 else -1
+        if end < 0:
+            return None
+        block = [k for k in range(start, end) if tags[k] == LOCAL]
+        if len(block) != 1:  # n spans several local sub-modes: the general engine
+            return None
+        tags[block[0]] = m
+        local //= n
+    return sizes, tags
+
+
+def _cut(sizes: list[int], tags: list[int], outer: int) -> int:
+    """Cut the local sub-modes so that those before the returned index hold exactly
+    ``outer`` local elements (row-major); -1 if that needs a non-dividing cut."""
+    acc = 1
+    i = 0
+    while acc < outer:
+        if i >= len(sizes):
+            return -1
+        s = sizes[i]
+        if tags[i] == LOCAL:
+            if acc * s > outer:
+                need = outer // acc
+                if outer % acc or s % need:
+                    return -1
+                sizes[i : i + 1] = [need, s // need]
+                tags[i : i + 1] = [LOCAL, LOCAL]
+                s = need
+            acc *= s
+        i += 1
+    return i
+
+
+def _route(
+    shape: tuple[int, ...],
+    src: tuple[int, ...],
+    pieces: Sequence[int] | None,
+    targets: Sequence[int],
+    dims: dict[int, list[tuple[int, int]]],
+    mesh: tuple[int, ...],
+    out: list[Placement],
+) -> bool:
+    """Route the sub-modes of the input dims ``src`` to the output dims ``targets`` (sizes
+    ``pieces``, outer first; None for one output dim, a flatten) and read the placements
+    back into ``out``. False if a shard is uneven, or a gpu sub-mode or a non-dividing local
+    one would be cut."""
+    seq_s: list[int] = []
+    seq_t: list[int] = []
+    for d in src:
+        steps = dims.get(d)
+        if steps is None:
+            seq_s.append(shape[d])
+            seq_t.append(LOCAL)
+        elif len(steps) == 1 and steps[0][1] == 1:  # one Shard: (n, rest)
+            m = steps[0][0]
+            n = mesh[m]
+            if shape[d] % n:
+                return False
+            seq_s += (n, shape[d] // n)
+            seq_t += (m, LOCAL)
+        else:
+            built = _build(shape[d], steps, mesh)
+            if built is None:
+                return False
+            seq_s += built[0]
+            seq_t += built[1]
+    if pieces is None:
+        _read(seq_s, seq_t, 0, len(seq_s), targets[0], out)
+        return True
+    i = 0
+    for k, piece in enumerate(pieces):
+        start = i
+        acc = 1
+        while acc < piece:
+            s = seq_s[i]
+            if acc * s > piece:  # the boundary falls inside this sub-mode: cut it
+                need = piece // acc
+                if piece % acc or s % need or seq_t[i] != LOCAL:
+                    return False
+                seq_s[i : i + 1] = (need, s // need)
+                seq_t[i : i + 1] = (LOCAL, LOCAL)
+                s = need
+            acc *= s
+            i += 1
+        _read(seq_s, seq_t, start, i, targets[k], out)
+    return True
+
+
+def _read(s: list[int], t: list[int], start: int, end: int, o: int, out: list[Placement]) -> None:
+    """Placements of the mesh dims whose gpu sub-modes are ``s[start:end]`` (output dim o)."""
+    local = 1
+    before: list[tuple[int, int]] = []
+    for j in range(start, end):
+        m = t[j]
+        if m == LOCAL:
+            local *= s[j]
+            continue
+        sf = local
+        for m2, size in before:
+            if m2 > m:  # a later mesh dim is not applied yet: it still counts
+                sf *= size
+        out[m] = placement(o, sf)
+        before.append((m, s[j]))
+
+
+def _maybe_complex(rule: tuple[DimSpec, ...], shape: tuple[int, ...]) -> bool:
+    """Whether ``rule`` may be view_as_complex's (a flatten of a trailing size-2 dim)."""
+    last = rule[-1] if rule else None
+    return (
+        shape[-1] == 2
+        and type(last) is Flatten
+        and len(rule) == len(shape) - 1
+        and tuple(x.input_dim for x in last.input_dims) == (len(shape) - 2, len(shape) - 1)
+    )

@@ -1,0 +1,44 @@
+"""The hot path (``cute_shard.engine.fast``) against the general engine it short-cuts.
+
+Wherever ``fast_propagate`` answers, the general engine (placements -> layout -> compose_view ->
+read-back, run with the hot path bypassed) must return exactly the same output placements and
+keep the input as it is. The oracle suites then cover the hot path too, since
+``propagate_shape_and_sharding`` runs it first. The hit rate is reported with ``event``.
+"""
+
+from __future__ import annotations
+
+from hypothesis import event, given
+
+from cute_shard.engine import propagate as P
+from cute_shard.engine.fast import fast_propagate
+from cute_shard.engine.sharded import normalize_placements, to_torch_placement
+from property_tests.engine_strategies import Case, cases, view_cases
+
+
+def _general(case: Case, complex_view: bool | None) -> tuple[object, object]:
+    norm = normalize_placements(case.placements, len(case.shape), case.mesh)
+    target, out, _ = P._propagate(norm, case.shape, case.rule, case.mesh, complex_view)
+    return (
+        tuple(P._merge_target(case.placements, target)),
+        tuple(to_torch_placement(p) for p in out),
+    )
+
+
+def _check(case: Case) -> None:
+    for complex_view in (None, False, True):
+        fast = fast_propagate(case.placements, case.shape, case.rule, case.mesh, complex_view)
+        event(f"hot path answered: {fast is not None}")
+        if fast is None:
+            continue
+        assert _general(case, complex_view) == (case.placements, fast), str(case)
+
+
+@given(cases())
+def test_fast_path_equals_general_engine(case: Case) -> None:
+    _check(case)
+
+
+@given(view_cases())
+def test_fast_path_equals_general_engine_on_views(case: Case) -> None:
+    _check(case)
