@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/cute-shard layout '(4,2,3):(2,1,8)' --complement 48 --compose '(4,3):(1,8)' --divide 4:2
+	$(BIN)/cute-shard explain --shape 8,16,32 --mesh 2,4 --placements S0,S1 --view 128,32
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

@@ -2,8 +2,14 @@
 
 ``cute-shard layout LAYOUT [--divide TILER] [--complement M] [--compose B]`` prints a layout in
 CuTe notation and what the algebra makes of it: its size and cosize, its coalesced form, and
-optionally a complement, a composition or a logical_divide. Bad arguments print one line and
-exit 2.
+optionally a complement, a composition or a logical_divide.
+
+``cute-shard explain --shape S --mesh M --placements P (--view SHAPE | --op NAME [ARG ...])``
+shows what a view op does to a DTensor sharding: layouts, rule, placements, communication and
+which rank holds what (see ``cute_shard.explain``).
+
+Bad arguments print one line, ``cute-shard <command>: error: ...``, and exit 2. ``layout`` does
+not import torch; ``explain`` does, on first use.
 
 Example::
 
@@ -16,9 +22,19 @@ Example::
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
+from typing import NoReturn
 
 from .layout import Layout, coalesce, complement, composition, logical_divide
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line on stderr (no usage dump), exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def _layout_arg(text: str) -> Layout:
@@ -36,11 +52,11 @@ def _int_arg(text: str) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="cute-shard",
         description="Propagate DTensor sharding through view ops with CuTe layout algebra.",
     )
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     lay = sub.add_parser(
         "layout",
         help="print a CuTe layout and what the algebra makes of it",
@@ -50,7 +66,58 @@ def _parser() -> argparse.ArgumentParser:
     lay.add_argument("--divide", type=_layout_arg, metavar="TILER", help="logical_divide by it")
     lay.add_argument("--compose", type=_layout_arg, metavar="B", help="print layout ∘ B")
     lay.add_argument("--complement", type=_int_arg, metavar="M", help="complement up to M")
+    _add_explain(sub)
     return p
+
+
+_EXPLAIN_EPILOG = """\
+placements: R, S<dim>, SS<dim>:<split_factor> (_StridedShard), P or P:<op> (Partial)
+ops and their arguments (lists are comma-separated, e.g. 128,32):
+  view SHAPE | reshape SHAPE | expand SHAPE | repeat SIZES | permute DIMS
+  transpose DIM0 DIM1 | movedim SOURCE DEST | flatten [START [END]]
+  unflatten DIM SIZES | squeeze [DIMS] | unsqueeze DIM
+a list that starts with -1 needs '=': --view=-1,32
+
+example:
+  cute-shard explain --shape 8,16,32 --mesh 2,4 --placements S0,S1 --view 128,32
+"""
+
+
+def _add_explain(sub: argparse._SubParsersAction) -> None:
+    exp = sub.add_parser(
+        "explain",
+        help="show what a view op does to a DTensor sharding",
+        description="Show how a view op moves a DTensor sharding: the sharded layouts, the\n"
+        "rule, the placements, the communication needed and which rank holds what.",
+        epilog=_EXPLAIN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    exp.add_argument("--shape", required=True, help="global tensor shape, e.g. 8,16,32")
+    exp.add_argument("--mesh", required=True, help="device mesh shape, e.g. 2,4")
+    exp.add_argument(
+        "--placements", required=True, help="one placement per mesh dim, e.g. S0,S1 or R,SS0:4"
+    )
+    what = exp.add_mutually_exclusive_group(required=True)
+    what.add_argument("--view", metavar="SHAPE", help="the view target shape (--op view SHAPE)")
+    what.add_argument(
+        "--op", nargs="+", metavar=("NAME", "ARG"), help="a view op and its arguments"
+    )
+    exp.add_argument(
+        "--strict",
+        action="store_true",
+        help="view semantics: report the error a view raises instead of redistributing",
+    )
+    exp.add_argument(
+        "--dtype", default="float32", help="element type for byte counts (default float32)"
+    )
+    exp.add_argument("--json", action="store_true", help="print a JSON object instead of text")
+    exp.add_argument("--png", metavar="FILE", help="draw the rank pictures (needs matplotlib)")
+    exp.add_argument(
+        "--compare-torch",
+        action="store_true",
+        help="also run torch's reference propagator and judge both answers with the oracle",
+    )
+    exp.add_argument("--no-grid", action="store_true", help="leave out the rank grids")
 
 
 def _run_layout(args: argparse.Namespace) -> list[str]:
@@ -69,18 +136,40 @@ def _run_layout(args: argparse.Namespace) -> list[str]:
     return lines
 
 
+def _run_explain(args: argparse.Namespace) -> list[str]:
+    from . import explain as ex  # torch-free until a valid case is explained
+
+    if args.png and not ex.png_available():
+        raise ValueError("--png needs matplotlib: pip install 'cute_shard[plot]'")
+    op, op_args = ("view", [args.view]) if args.view is not None else (args.op[0], args.op[1:])
+    case = ex.parse_case(
+        args.shape, args.mesh, args.placements, op, op_args, strict=args.strict, dtype=args.dtype
+    )
+    result = ex.explain(case, compare_torch=args.compare_torch)
+    if args.png:
+        ex.write_png(result, args.png)
+    if args.json:
+        return [json.dumps(ex.to_json(result), indent=2)]
+    return ex.render_text(result, grid=not args.no_grid)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 0
+    run = _run_explain if args.command == "explain" else _run_layout
     try:
-        lines = _run_layout(args)
+        lines = run(args)
     except ValueError as e:
-        print(f"cute-shard: error: {e}", file=sys.stderr)
+        print(f"cute-shard {args.command}: error: {e}", file=sys.stderr)
         return 2
-    print("\n".join(lines))
+    try:
+        print("\n".join(lines))
+    except BrokenPipeError:  # e.g. piped into head: stop quietly, as other tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     return 0
 
 

@@ -1,0 +1,1068 @@
+"""``cute-shard explain``: what a view op does to a DTensor sharding, and why.
+
+The command takes a global shape, a mesh, one placement per mesh dim and a view op, runs the
+engine, and prints:
+
+- the input sharded layout in CuTe notation, with each mesh dim's gpu sub-mode named;
+- the op's rule in DimMap notation, the output layout, the input target and output placements;
+- the communication the view needs: per mesh dim that moves, the collective, the bytes each rank
+  receives for ``--dtype``, and the engine's reason; under ``--strict`` the error a view raises;
+- which rank holds which elements, before and after, as a folded grid (``--png`` draws it);
+- with ``--compare-torch``, torch's reference answer and the oracle's verdict on it and on ours.
+
+Placements are written ``R``, ``S<dim>``, ``SS<dim>:<split_factor>`` (``_StridedShard``),
+``P`` (``Partial("sum")``) and ``P:<op>`` (``avg``, ``max``, ``min``, ``product``). The data
+flow is one way: ``parse_case`` (argv strings to a ``Case``), ``explain`` (a ``Case`` to an
+``Explanation``, the only step that computes), then ``render_text`` / ``to_json`` /
+``write_png``. Bad input anywhere raises ``ValueError`` with a one-line message, which the CLI
+prints before exiting with status 2.
+
+Worked example (the rank grids are left out)::
+
+    $ cute-shard explain --shape 8,16,32 --mesh 2,4 --placements S0,S1 --view 128,32 --no-grid
+    op             view 128,32: (8,16,32) -> (128,32), reshape semantics
+    mesh           (2,4), 8 ranks, float32
+    rule           (flat(d0,d1), d2)
+    input          [S0, S1]
+      layout       ((4,2),(4,4),32):((512,2048),(32,128),1)
+      gpu modes    m0 = 2:2048 in d0   m1 = 4:128 in d1
+    input target   [S0, S1]  (unchanged)
+    output         [S0, SS0:4]
+      layout       (((4,4),(2,4)),32):(((32,512),(2048,128)),1)
+      gpu modes    m0 = 2:2048 in d0   m1 = 4:128 in d0
+    communication  none: every rank views its own local tensor
+
+A sharded tensor dim's mode is ``(local, gpu)``. The gpu sub-modes keep their strides through
+the view: mesh dim 1 still steps 128 elements (4 output rows) per coordinate, so in the
+flattened dim 0 a rank holds 4 rows out of every 16, and the 4 blocks of 16 rows in each half
+that mesh dim 0 keeps make it ``_StridedShard(0, split_factor=4)``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+import textwrap
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from . import rules
+from .layout import Layout
+
+if TYPE_CHECKING:
+    from torch.distributed.tensor.placement_types import Placement
+
+    from .engine import Blocked, ShardedLayout
+
+# torch is imported only once a case is explained (``explain``): everything before that is
+# torch-free, so a bad argument is reported in a tenth of a second rather than after torch's
+# multi-second import.
+
+__all__ = [
+    "OPS",
+    "Case",
+    "Explanation",
+    "PlacementSpec",
+    "explain",
+    "parse_case",
+    "render_text",
+    "to_json",
+    "write_png",
+]
+
+# The rank simulator builds the whole global tensor once per rank; above these it is too slow
+# for an interactive command, and the oracle verdicts are reported as not checked.
+ORACLE_MAX_ELEMENTS = 1 << 20
+ORACLE_MAX_RANKS = 1024
+# The grid folds the tensor to (product of leading dims) x (last dim); more rows than this are
+# not drawn at all.
+GRID_MAX_ROWS = 1 << 22
+GRID_ROW_RUNS = 12  # runs of equal rows shown (half from the top, half from the bottom)
+GRID_COL_RUNS = 12
+LABEL = 15  # width of the label column of the text output
+TEXT_WIDTH = 100
+
+# Bytes per element, by torch dtype name (torch-free, see above).
+DTYPES: dict[str, int] = {
+    "float64": 8, "double": 8, "float32": 4, "float": 4, "float16": 2, "half": 2,
+    "bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1, "complex128": 16, "complex64": 8,
+    "int64": 8, "long": 8, "int32": 4, "int": 4, "int16": 2, "short": 2, "int8": 1,
+    "uint8": 1, "bool": 1,
+}  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------
+# Placements in CLI notation
+
+_PLACEMENT = re.compile(r"(R)|S(-?\d+)|SS(-?\d+):(-?\d+)|P(?::(sum|avg|max|min|product))?")
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementSpec:
+    """A placement in CLI notation: ``R``, ``S<dim>``, ``SS<dim>:<split_factor>``, ``P[:<op>]``.
+
+    ``kind`` is ``"R"``, ``"S"`` (Shard), ``"SS"`` (_StridedShard) or ``"P"`` (Partial); the
+    other fields matter only for the kinds that have them. ``str`` prints the notation that
+    ``parse_placement`` reads; ``to_torch`` and ``of`` convert to and from torch's classes.
+    """
+
+    kind: str
+    dim: int = 0
+    split_factor: int = 1
+    reduce_op: str = "sum"
+
+    def __str__(self) -> str:
+        if self.kind == "S":
+            return f"S{self.dim}"
+        if self.kind == "SS":
+            return f"SS{self.dim}:{self.split_factor}"
+        if self.kind == "P":
+            return "P" if self.reduce_op == "sum" else f"P:{self.reduce_op}"
+        return "R"
+
+    @property
+    def shards(self) -> bool:
+        """Whether it splits the data (Shard or _StridedShard)."""
+        return self.kind in ("S", "SS")
+
+    def to_torch(self) -> Placement:
+        from torch.distributed.tensor.placement_types import (
+            Partial,
+            Replicate,
+            Shard,
+            _StridedShard,
+        )
+
+        if self.kind == "S":
+            return Shard(self.dim)
+        if self.kind == "SS":
+            return _StridedShard(self.dim, split_factor=self.split_factor)
+        if self.kind == "P":
+            return Partial(self.reduce_op)
+        return Replicate()
+
+    @staticmethod
+    def of(p: Placement) -> PlacementSpec:
+        """The notation of a torch placement (``_StridedShard`` is not a ``Shard`` subclass)."""
+        from torch.distributed.tensor.placement_types import (
+            Partial,
+            Replicate,
+            Shard,
+            _StridedShard,
+        )
+
+        if isinstance(p, _StridedShard):
+            return PlacementSpec("SS", p.dim, int(p.split_factor))
+        if isinstance(p, Shard):
+            return PlacementSpec("S", p.dim)
+        if isinstance(p, Partial):
+            return PlacementSpec("P", reduce_op=p.reduce_op)
+        if isinstance(p, Replicate):
+            return PlacementSpec("R")
+        raise ValueError(f"cannot write placement {p!r} in R/S/SS/P notation")
+
+
+Placements = tuple[PlacementSpec, ...]
+
+
+def parse_placement(token: str, ndim: int) -> PlacementSpec:
+    """One placement for a tensor of ``ndim`` dims; the shard dim is made non-negative."""
+    text = token.strip()
+    m = _PLACEMENT.fullmatch(text)
+    if m is None:
+        raise ValueError(
+            f"--placements: cannot parse {text!r}; expected R, S<dim>, SS<dim>:<split_factor>, "
+            "P or P:<op> (op: sum, avg, max, min, product)"
+        )
+    rep, shard, ss_dim, ss_sf, partial_op = m.groups()
+    if rep:
+        return PlacementSpec("R")
+    if shard is not None:
+        return PlacementSpec("S", _shard_dim(int(shard), ndim, text))
+    if ss_dim is not None:
+        if int(ss_sf) < 1:
+            raise ValueError(f"--placements: {text}: split factor must be >= 1, got {ss_sf}")
+        return PlacementSpec("SS", _shard_dim(int(ss_dim), ndim, text), int(ss_sf))
+    return PlacementSpec("P", reduce_op=partial_op or "sum")
+
+
+def _shard_dim(dim: int, ndim: int, text: str) -> int:
+    if not -ndim <= dim < ndim:
+        raise ValueError(
+            f"--placements: {text} shards dim {dim}, out of range for a tensor of {ndim} dims "
+            f"(expected {-ndim} <= dim < {ndim})"
+        )
+    return dim % ndim
+
+
+def parse_placements(text: str, ndim: int, mesh: Sequence[int]) -> Placements:
+    """A comma list of placements, one per mesh dim (``[S0, S1]`` brackets are allowed)."""
+    tokens = [t for t in text.strip().strip("[]").split(",") if t.strip()]
+    if len(tokens) != len(mesh):
+        raise ValueError(
+            f"--placements: got {len(tokens)} placements for a mesh of {len(mesh)} dims "
+            f"{_tuple(mesh)}; give exactly one per mesh dim"
+        )
+    return tuple(parse_placement(t, ndim) for t in tokens)
+
+
+def _placements_str(ps: Sequence[PlacementSpec]) -> str:
+    return "[" + ", ".join(str(p) for p in ps) + "]"
+
+
+# --------------------------------------------------------------------------------------------
+# The case: argv strings to a validated question and its rule
+
+
+# Op name -> its CLI arguments and how many of them are required. SHAPE and SIZES are comma
+# lists of sizes (-1 allowed); DIMS, SOURCE and DEST are an int or a comma list of ints; the
+# others are one int.
+OPS: dict[str, tuple[tuple[str, ...], int]] = {
+    "view": (("SHAPE",), 1),
+    "reshape": (("SHAPE",), 1),
+    "flatten": (("START", "END"), 0),
+    "unflatten": (("DIM", "SIZES"), 2),
+    "permute": (("DIMS",), 1),
+    "transpose": (("DIM0", "DIM1"), 2),
+    "squeeze": (("DIMS",), 0),
+    "unsqueeze": (("DIM",), 1),
+    "expand": (("SHAPE",), 1),
+    "movedim": (("SOURCE", "DEST"), 2),
+    "repeat": (("SIZES",), 1),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    """One question: ``Tensor.<op>(*args)`` on a tensor of ``shape`` sharded by ``placements``.
+
+    ``op_args`` are the CLI strings ``args`` were parsed from, kept so that ``--json`` output
+    can be fed back. ``rule`` is the rule DTensor propagates for the op and ``out_shape`` the
+    global output shape.
+    """
+
+    shape: tuple[int, ...]
+    mesh: tuple[int, ...]
+    placements: Placements
+    op: str
+    op_args: tuple[str, ...]
+    args: tuple[object, ...]
+    strict: bool
+    dtype: str
+    rule: rules.Rule
+    out_shape: tuple[int, ...]
+
+
+def parse_case(
+    shape: str,
+    mesh: str,
+    placements: str,
+    op: str,
+    op_args: Sequence[str],
+    *,
+    strict: bool = False,
+    dtype: str = "float32",
+) -> Case:
+    """A ``Case`` from the CLI strings; ValueError names the first bad argument.
+
+    Building the rule checks the op's arguments against the shape (numel, dims in range).
+    """
+    sizes = parse_sizes(shape, "--shape")
+    mesh_sizes = parse_sizes(mesh, "--mesh")
+    if not mesh_sizes:
+        raise ValueError("--mesh: expected at least one mesh dim, e.g. 2,4")
+    if dtype not in DTYPES:
+        raise ValueError(f"--dtype: unknown dtype {dtype!r}; expected one of {', '.join(DTYPES)}")
+    args = parse_op_args(op, op_args)
+    rule = op_rule(op, sizes, args)
+    return Case(
+        shape=sizes,
+        mesh=mesh_sizes,
+        placements=parse_placements(placements, len(sizes), mesh_sizes),
+        op=op,
+        op_args=tuple(op_args),
+        args=args,
+        strict=strict,
+        dtype=dtype,
+        rule=rule,
+        out_shape=rule_out_shape(rule, sizes),
+    )
+
+
+def parse_sizes(text: str, what: str, *, allow_minus_one: bool = False) -> tuple[int, ...]:
+    """``"8,16,32"`` (or ``"(8,16,32)"``) as ints; ValueError unless every size is >= 1.
+
+    ``allow_minus_one`` admits ``-1`` (a size torch infers).
+    """
+    sizes = _int_list(text, what)
+    for i, n in enumerate(sizes):
+        if n < 1 and not (allow_minus_one and n == -1):
+            raise ValueError(f"{what}: sizes must be >= 1, got {n} at position {i} of {text!r}")
+    return sizes
+
+
+def _int_list(text: str, what: str) -> tuple[int, ...]:
+    body = text.strip().strip("()[]").strip()
+    try:
+        return tuple(int(tok) for tok in body.split(",") if tok.strip())
+    except ValueError:
+        raise ValueError(
+            f"{what}: expected comma-separated integers such as 8,16,32, got {text!r}"
+        ) from None
+
+
+def _int(text: str, what: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"{what}: expected an integer, got {text!r}") from None
+
+
+def parse_op_args(op: str, raw: Sequence[str]) -> tuple[object, ...]:
+    """The torch call's positional arguments for ``op`` from its CLI strings."""
+    if op not in OPS:
+        raise ValueError(f"--op: unknown op {op!r}; expected one of {', '.join(OPS)}")
+    names, required = OPS[op]
+    if not required <= len(raw) <= len(names):
+        usage = " ".join(n if i < required else f"[{n}]" for i, n in enumerate(names))
+        raise ValueError(f"--op {op}: expected arguments {usage}, got {len(raw)}: {list(raw)}")
+    return tuple(_op_arg(name, text, op) for name, text in zip(names, raw, strict=False))
+
+
+def _op_arg(name: str, text: str, op: str) -> object:
+    what = f"--op {op} {name}"
+    if name in ("SHAPE", "SIZES"):
+        return parse_sizes(text, what, allow_minus_one=True)
+    if name in ("DIMS", "SOURCE", "DEST") and "," in text:
+        return _int_list(text, what)
+    return _int(text, what)
+
+
+def op_rule(op: str, shape: tuple[int, ...], args: tuple[object, ...]) -> rules.Rule:
+    """The rule DTensor propagates for ``op``, built with ``cute_shard.rules``.
+
+    flatten and unflatten are CompositeImplicit: DTensor sees the view they decompose to, so
+    their rule is that view's. Bad arguments raise the builders' ValueError.
+    """
+    s, a, n = shape, args, len(shape)
+    builders: dict[str, Callable[[], rules.Rule]] = {
+        "view": lambda: rules.view_groups(s, a[0]),
+        "reshape": lambda: rules.view_groups(s, a[0]),
+        "flatten": lambda: rules.view_groups(s, rule_out_shape(rules.flatten(n, *a), s)),
+        "unflatten": lambda: rules.unflatten(s, *a),
+        "permute": lambda: rules.permute(n, a[0]),
+        "transpose": lambda: rules.transpose(n, *a),
+        "squeeze": lambda: rules.squeeze(s, *a),
+        "unsqueeze": lambda: rules.unsqueeze(n, *a),
+        "expand": lambda: rules.expand(s, a[0]),
+        "movedim": lambda: rules.movedim(n, *a),
+        "repeat": lambda: rules.repeat(n, a[0]),
+    }
+    return builders[op]()
+
+
+def rule_out_shape(rule: rules.Rule, shape: Sequence[int]) -> tuple[int, ...]:
+    """The output shape of ``rule`` applied to a tensor of ``shape``."""
+
+    def size(spec: rules.DimSpec) -> int:
+        if isinstance(spec, rules.InputDim):
+            return shape[spec.input_dim]
+        if isinstance(spec, rules.Flatten):
+            return math.prod(size(d) for d in spec.input_dims)
+        if isinstance(spec, rules.Split):
+            return int(spec.group_shape[spec.split_id])
+        if isinstance(spec, rules.Broadcast):
+            return int(spec.dim_size)
+        if isinstance(spec, rules.NewDim):
+            return int(spec.size)
+        if isinstance(spec, rules.Repeat):
+            return size(spec.input_dim) * int(spec.times)
+        return 1  # Singleton
+
+    return tuple(size(spec) for spec in rule)
+
+
+# --------------------------------------------------------------------------------------------
+# The explanation
+
+
+@dataclass(frozen=True, slots=True)
+class GpuMode:
+    """Mesh dim ``mesh_dim``'s gpu sub-mode in tensor dim ``tensor_dim``, with global strides."""
+
+    mesh_dim: int
+    tensor_dim: int
+    layout: Layout
+
+    def __str__(self) -> str:
+        return f"m{self.mesh_dim} = {self.layout} in d{self.tensor_dim}"
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One mesh dim's redistribution: the collective and the bytes each rank receives.
+
+    ``bytes_per_rank`` is the most any rank receives (all-gather: the elements it lacks;
+    all-reduce: its whole local tensor); ``uniform`` says every rank receives that much.
+    """
+
+    mesh_dim: int
+    before: PlacementSpec
+    after: PlacementSpec
+    collective: str
+    group_size: int
+    bytes_per_rank: int
+    uniform: bool
+    reason: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The oracle's judgement of an answer: True/False, or None when it was not checked."""
+
+    valid: bool | None
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class TorchAnswer:
+    """torch's reference answer for the case, or the exception it raised."""
+
+    version: str
+    target: Placements | None
+    output: Placements | None
+    error: str | None
+    verdict: Verdict | None
+
+
+@dataclass(frozen=True, slots=True)
+class Explanation:
+    """Everything ``explain`` computed; rendering reads it and computes nothing new.
+
+    ``target`` and ``output`` are the non-strict answer (what ``reshape`` does). Under
+    ``--strict``, ``strict_error`` holds the error a view raises instead, or None.
+    """
+
+    case: Case
+    input_layout: ShardedLayout | None
+    output_layout: ShardedLayout | None
+    target: Placements
+    output: Placements
+    communication: tuple[Step, ...]
+    strict_error: str | None
+    pictures: tuple[Picture, ...]
+    ours: Verdict | None
+    torch: TorchAnswer | None
+
+
+def explain(case: Case, *, compare_torch: bool = False) -> Explanation:
+    """Run the engine on ``case`` (and torch's reference with ``compare_torch``)."""
+    from .engine import placements_to_layout, propagate_shape_and_sharding
+
+    given = _to_torch(case.placements)
+    blocked, strict_error = _strict_outcome(case, given)
+    target_t, output_t = propagate_shape_and_sharding(
+        given, case.shape, case.rule, case.mesh, False, complex_view=False
+    )
+    target = tuple(PlacementSpec.of(p) for p in target_t)
+    output = tuple(PlacementSpec.of(p) for p in output_t)
+    return Explanation(
+        case=case,
+        input_layout=placements_to_layout(case.shape, given, case.mesh),
+        output_layout=_output_layout(case, target_t),
+        target=target,
+        output=output,
+        communication=_communication(case, target, blocked),
+        strict_error=strict_error if case.strict else None,
+        pictures=_pictures(case, target, output),
+        ours=_judge(case, target, output) if compare_torch else None,
+        torch=_torch_answer(case) if compare_torch else None,
+    )
+
+
+def _to_torch(ps: Sequence[PlacementSpec]) -> list[Placement]:
+    return [p.to_torch() for p in ps]
+
+
+def _strict_outcome(case: Case, given: list[Placement]) -> tuple[tuple[Blocked, ...], str | None]:
+    """Why mesh dims must move (from the strict call's error), and that error's message."""
+    from .engine import RedistributionRequired, propagate_shape_and_sharding
+
+    try:
+        propagate_shape_and_sharding(
+            given, case.shape, case.rule, case.mesh, True, complex_view=False
+        )
+    except RedistributionRequired as e:
+        return tuple(e.blocked), str(e)
+    return (), None
+
+
+def _output_layout(case: Case, target: Sequence[Placement]) -> ShardedLayout | None:
+    """The input target's layout routed through the rule, or None where no layout exists."""
+    from .engine import DimSharding, ShardedLayout, compose_view, placements_to_layout
+
+    sl = placements_to_layout(case.shape, target, case.mesh)
+    if sl is None:
+        return None
+    routed = compose_view(sl, case.rule)
+    if routed.failures or routed.local_failures:
+        return None
+    dims = tuple(
+        DimSharding(n, leaves) for n, leaves in zip(case.out_shape, routed.out_dims, strict=True)
+    )
+    if any(math.prod(s for s, _, _ in d.leaves) != d.size for d in dims):
+        return None
+    return ShardedLayout(case.out_shape, case.mesh, dims, sl.partial)
+
+
+def gpu_modes(sl: ShardedLayout) -> tuple[GpuMode, ...]:
+    """Each mesh dim's gpu sub-mode, with strides in elements of the global row-major tensor."""
+    out: list[GpuMode] = []
+    for d, (dim, row) in enumerate(zip(sl.dims, _row_strides(sl.global_shape), strict=True)):
+        for m, leaves in dim.modes()[1].items():
+            shape = tuple(s for s, _ in leaves)
+            stride = tuple(t * row for _, t in leaves)
+            lay = Layout(shape[0], stride[0]) if len(leaves) == 1 else Layout(shape, stride)
+            out.append(GpuMode(m, d, lay))
+    return tuple(sorted(out, key=lambda g: g.mesh_dim))
+
+
+def _row_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    strides = [1] * len(shape)
+    for i in range(len(shape) - 2, -1, -1):
+        strides[i] = strides[i + 1] * shape[i + 1]
+    return tuple(strides)
+
+
+def _communication(
+    case: Case, target: Placements, blocked: tuple[Blocked, ...]
+) -> tuple[Step, ...]:
+    """The redistribution from the input to ``target``, one mesh dim at a time.
+
+    Mesh dims are gathered innermost (last) first, as a nested sharding must be undone, so each
+    step's bytes are measured on the local tensors the previous steps left.
+    """
+    why = {b.mesh_dim: _reason(b) for b in blocked}
+    itemsize = DTYPES[case.dtype]
+    current = list(case.placements)
+    steps: list[Step] = []
+    for m in reversed(range(len(case.mesh))):
+        if current[m] == target[m]:
+            continue
+        before = _local_numels(case.shape, current, case.mesh)
+        current[m] = target[m]
+        after = _local_numels(case.shape, current, case.mesh)
+        collective, received = _collective(case.placements[m], target[m], before, after)
+        steps.append(
+            Step(
+                m,
+                case.placements[m],
+                target[m],
+                collective,
+                case.mesh[m],
+                int(received.max()) * itemsize,
+                bool((received == received[0]).all()),
+                why.get(m),
+            )
+        )
+    return tuple(steps)
+
+
+def _reason(b: Blocked) -> str:
+    return f"tensor dim {b.tensor_dim}: {b.reason}" if b.tensor_dim >= 0 else b.reason
+
+
+def _local_numels(
+    shape: tuple[int, ...], placements: Sequence[PlacementSpec], mesh: tuple[int, ...]
+) -> np.ndarray:
+    from . import oracle
+
+    given = _to_torch(placements)
+    return np.array(
+        [math.prod(oracle.local_shape(shape, given, mesh, c)) for c in oracle.mesh_coords(mesh)]
+    )
+
+
+def _collective(
+    before: PlacementSpec, after: PlacementSpec, numel_before: np.ndarray, numel_after: np.ndarray
+) -> tuple[str, np.ndarray]:
+    """The collective for one mesh dim and the elements each rank receives."""
+    if before.kind == "P":
+        return "all-reduce", numel_after
+    if before.shards and after.kind == "R":
+        return "all-gather", numel_after - numel_before
+    return "redistribute", numel_after
+
+
+def _judge(case: Case, target: Placements, output: Placements) -> Verdict:
+    """The rank simulator's verdict on an answer (not run for large cases)."""
+    from . import oracle
+
+    n, ranks = math.prod(case.shape), math.prod(case.mesh)
+    if n > ORACLE_MAX_ELEMENTS or ranks > ORACLE_MAX_RANKS:
+        return Verdict(None, f"not checked: {n} elements on {ranks} ranks is too large to simulate")
+    try:
+        v = oracle.check_op(
+            case.shape,
+            case.op,
+            case.args,
+            _to_torch(target),
+            _to_torch(output),
+            case.mesh,
+            strict_view=case.strict,
+        )
+    except ValueError as e:  # e.g. torch's output names a dim the output does not have
+        return Verdict(False, str(e))
+    return Verdict(v.ok, v.reason)
+
+
+def _torch_answer(case: Case) -> TorchAnswer:
+    """torch's ``propagate_shape_and_sharding`` on the same case, judged by the oracle."""
+    import torch
+    from torch.distributed.tensor._ops._view_ops import propagate_shape_and_sharding as ref
+
+    version = torch.__version__.split("+")[0]
+    try:
+        target_t, output_t = ref(
+            _to_torch(case.placements), case.shape, _torch_rule(case), case.mesh, case.strict
+        )
+        target = tuple(PlacementSpec.of(p) for p in target_t)
+        output = tuple(PlacementSpec.of(p) for p in output_t)
+    except Exception as e:  # torch's reference may raise anything: report it, do not die
+        lines = str(e).strip().splitlines()
+        error = f"{type(e).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+        return TorchAnswer(version, None, None, error, None)
+    return TorchAnswer(version, target, output, None, _judge(case, target, output))
+
+
+def _torch_rule(case: Case) -> object:
+    """torch's own rule for the op, from ``_view_ops`` (as DTensor would compute it)."""
+    import torch
+    from torch.distributed.tensor._ops import _view_ops as tv
+
+    if case.op in ("view", "reshape", "flatten", "unflatten"):
+        return tv.view_groups(case.shape, case.out_shape)
+    meta = torch.empty(case.shape, device="meta")
+    if case.op in ("expand", "repeat"):
+        return tv.dim_maps[getattr(torch.Tensor, case.op)](meta, *case.args[0])
+    return tv.dim_maps[getattr(torch, case.op)](meta, *case.args)
+
+
+# --------------------------------------------------------------------------------------------
+# Who holds what: the folded rank grid
+
+
+@dataclass(frozen=True, slots=True)
+class Picture:
+    """Which shard holds each element of a tensor, folded to 2-D.
+
+    The tensor is folded to rows (the leading dims, row-major) by columns (the last dim). The
+    cell at (i, j) is ``rows[i] + cols[j]``: the owner's coordinates on the sharding mesh dims
+    as one row-major number. Mesh dims that replicate or are Partial do not split the data, so
+    they do not appear. ``rows`` and ``cols`` are None when there is nothing to draw, and
+    ``note`` says why.
+    """
+
+    title: str
+    legend: str
+    rows: np.ndarray | None
+    cols: np.ndarray | None
+    row_dims: str
+    col_dims: str
+    note: str | None = None
+
+
+def picture(
+    title: str, shape: tuple[int, ...], placements: Placements, mesh: tuple[int, ...]
+) -> Picture:
+    """The owner grid of a tensor under ``placements``."""
+    sharded = [m for m, p in enumerate(placements) if p.shards]
+    row_dims = "·".join(f"d{d}" for d in range(len(shape) - 1)) or "none"
+    col_dims = f"d{len(shape) - 1}" if shape else "none"
+    legend = _legend(sharded, placements, mesh)
+    if not sharded:
+        return Picture(title, legend, None, None, row_dims, col_dims)
+    if math.prod(shape[:-1]) > GRID_MAX_ROWS:
+        note = f"not drawn: more than {GRID_MAX_ROWS} rows"
+        return Picture(title, legend, None, None, row_dims, col_dims, note)
+    weights = dict(zip(sharded, _row_strides([mesh[m] for m in sharded]), strict=True))
+    lead = shape[:-1]
+    rows = np.zeros(lead, dtype=np.int64)
+    cols = np.zeros(shape[-1], dtype=np.int64)
+    for m, owner in _owners(shape, placements, mesh).items():
+        d = placements[m].dim
+        if d == len(shape) - 1:
+            cols = cols + weights[m] * owner
+        else:
+            axis = [-1 if i == d else 1 for i in range(len(lead))]
+            rows = rows + (weights[m] * owner).reshape(axis)
+    return Picture(title, legend, rows.reshape(-1), cols, row_dims, col_dims)
+
+
+def _owners(
+    shape: tuple[int, ...], placements: Placements, mesh: tuple[int, ...]
+) -> dict[int, np.ndarray]:
+    """Per sharding mesh dim m, the coordinate on m that holds each position of its dim.
+
+    A rank's index list along dim d is exactly the positions whose owners, on every mesh dim
+    sharding d, are the rank's own coordinates, so one pass over the ranks fills them in.
+    """
+    from . import oracle
+
+    given = _to_torch(placements)
+    owners = {
+        m: np.zeros(shape[p.dim], dtype=np.int64) for m, p in enumerate(placements) if p.shards
+    }
+    for coord in oracle.mesh_coords(mesh):
+        idx = oracle.local_indices(shape, given, mesh, coord)
+        for m, owner in owners.items():
+            owner[idx[placements[m].dim]] = coord[m]
+    return owners
+
+
+def _legend(sharded: list[int], placements: Placements, mesh: tuple[int, ...]) -> str:
+    if not sharded:
+        return "no mesh dim shards: every rank holds every element"
+    terms = []
+    for i, m in enumerate(sharded):
+        w = math.prod(mesh[k] for k in sharded[i + 1 :])
+        terms.append(f"c{m}*{w}" if w > 1 else f"c{m}")
+    formula = "+".join(terms)
+    others = [m for m in range(len(mesh)) if m not in sharded]
+    if not others:
+        return f"cell = {formula}, the rank holding the element"
+    copies = math.prod(mesh[m] for m in others)
+    what = ", ".join(f"m{m} ({placements[m]})" for m in others)
+    return (
+        f"cell = {formula} (c = mesh coordinate); {what} does not split the data: "
+        f"each cell is on {copies} ranks"
+    )
+
+
+def _pictures(case: Case, target: Placements, output: Placements) -> tuple[Picture, ...]:
+    """Who holds what: the input, the input target if it differs, and the output."""
+    pics = [
+        picture(f"input {_placements_str(case.placements)}", case.shape, case.placements, case.mesh)
+    ]
+    if target != case.placements:
+        pics.append(
+            picture(f"input target {_placements_str(target)}", case.shape, target, case.mesh)
+        )
+    pics.append(picture(f"output {_placements_str(output)}", case.out_shape, output, case.mesh))
+    return tuple(pics)
+
+
+def _runs(v: np.ndarray) -> list[tuple[int, int]]:
+    """``(start, stop)`` of each run of equal neighbours in ``v``."""
+    cuts = [0, *(np.flatnonzero(v[1:] != v[:-1]) + 1).tolist(), len(v)]
+    return list(itertools.pairwise(cuts))
+
+
+def _elide(runs: list[tuple[int, int]], limit: int) -> list[tuple[int, int] | None]:
+    if len(runs) <= limit:
+        return list(runs)
+    half = limit // 2
+    return [*runs[:half], None, *runs[-half:]]
+
+
+def _span(run: tuple[int, int]) -> str:
+    start, stop = run
+    return str(start) if stop - start == 1 else f"{start}-{stop - 1}"
+
+
+def grid_lines(pic: Picture) -> list[str]:
+    """The picture as text: runs of equal rows and of equal columns are merged into one cell,
+    and past ``GRID_ROW_RUNS`` / ``GRID_COL_RUNS`` runs the middle is elided."""
+    if pic.rows is None or pic.cols is None:
+        return []
+    rows = _elide(_runs(pic.rows), GRID_ROW_RUNS)
+    cols = _elide(_runs(pic.cols), GRID_COL_RUNS)
+    heads = [_span(c) if c else "…" for c in cols]
+    top = int(pic.rows.max() + pic.cols.max())
+    w = max(len(str(top)), *(len(h) for h in heads))
+    labels = [_span(r) if r else "⋮" for r in rows]
+    lw = max(len(x) for x in labels)
+    lines = [" " * lw + "  " + " ".join(h.rjust(w) for h in heads)]
+    for r, label in zip(rows, labels, strict=True):
+        cells = [
+            ("⋮" if r is None else "…" if c is None else str(int(pic.rows[r[0]] + pic.cols[c[0]])))
+            for c in cols
+        ]
+        lines.append(label.rjust(lw) + "  " + " ".join(x.rjust(w) for x in cells))
+    return lines
+
+
+# --------------------------------------------------------------------------------------------
+# Text
+
+
+def _tuple(xs: Sequence[int]) -> str:
+    return "(" + ",".join(str(x) for x in xs) + ")"
+
+
+def _row(label: str, value: str, indent: int = 0) -> list[str]:
+    """One aligned ``label  value`` line, wrapped under the value column."""
+    head = (" " * indent + label).ljust(LABEL - 1) + " "
+    return textwrap.wrap(
+        value,
+        TEXT_WIDTH,
+        initial_indent=head,
+        subsequent_indent=" " * LABEL,
+        break_on_hyphens=False,
+        break_long_words=False,
+    ) or [head.rstrip()]
+
+
+def _fmt_bytes(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.4g} {unit}"
+    return f"{n} B"
+
+
+def render_text(ex: Explanation, *, grid: bool = True) -> list[str]:
+    """The human-readable explanation, one list entry per line."""
+    c = ex.case
+    mode = "view semantics (--strict)" if c.strict else "reshape semantics"
+    lines = [
+        *_row("op", f"{_op_text(c)}: {_tuple(c.shape)} -> {_tuple(c.out_shape)}, {mode}"),
+        *_row("mesh", f"{_tuple(c.mesh)}, {math.prod(c.mesh)} ranks, {c.dtype}"),
+        *_row("rule", rules.format_rule(c.rule)),
+        *_layout_rows("input", c.placements, ex.input_layout),
+        *_row("input target", _target_text(ex)),
+        *_layout_rows("output", ex.output, ex.output_layout),
+        *_communication_rows(ex),
+    ]
+    if ex.strict_error is not None:
+        lines += _row("strict view", f"raises RedistributionRequired: {ex.strict_error}")
+    elif c.strict:
+        lines += _row("strict view", "allowed: no mesh dim has to move")
+    if ex.torch is not None:
+        lines += _torch_rows(ex)
+    if grid:
+        lines += _grid_rows(ex)
+    return lines
+
+
+def _op_text(c: Case) -> str:
+    return " ".join([c.op, *c.op_args])
+
+
+def _target_text(ex: Explanation) -> str:
+    same = ex.target == ex.case.placements
+    return _placements_str(ex.target) + ("  (unchanged)" if same else "")
+
+
+def _layout_rows(label: str, placements: Placements, sl: ShardedLayout | None) -> list[str]:
+    lines = _row(label, _placements_str(placements))
+    if sl is None:
+        return lines + _row(
+            "layout",
+            "none: no layout expresses this sharding (e.g. uneven shards); the fallback decides",
+            2,
+        )
+    gpu = "   ".join(str(g) for g in gpu_modes(sl)) or "none"
+    lines += _row("layout", str(sl.to_layout()), 2) + _row("gpu modes", gpu, 2)
+    if sl.partial:
+        partial = ", ".join(f"m{m} {PlacementSpec.of(p)}" for m, p in sl.partial)
+        lines += _row("partial", f"{partial}: a pending reduction, not part of the layout", 2)
+    return lines
+
+
+def _communication_rows(ex: Explanation) -> list[str]:
+    if not ex.communication:
+        return _row("communication", "none: every rank views its own local tensor")
+    total = sum(s.bytes_per_rank for s in ex.communication)
+    upto = "" if all(s.uniform for s in ex.communication) else "up to "
+    n = len(ex.communication)
+    lines = _row(
+        "communication",
+        f"{n} collective{'s' if n > 1 else ''}, {upto}{_fmt_bytes(total)} received per rank "
+        f"({ex.case.dtype}){', innermost mesh dim first' if n > 1 else ''}",
+    )
+    for s in ex.communication:
+        upto = "" if s.uniform else "up to "
+        lines += _row(
+            f"m{s.mesh_dim}",
+            f"{s.before} -> {s.after}: {s.collective} "
+            f"over {s.group_size} ranks, {upto}{_fmt_bytes(s.bytes_per_rank)} per rank",
+            2,
+        )
+        if s.reason:
+            lines += _row("why", s.reason, 4)
+    return lines
+
+
+def _torch_rows(ex: Explanation) -> list[str]:
+    t = ex.torch
+    if t is None:
+        return []
+    label = f"torch {t.version}"
+    if t.target is None or t.output is None:
+        kind = "refuses" if str(t.error).startswith("RuntimeError") else "crashes"
+        lines = _row(label, f"{kind}: {t.error}")
+    else:
+        pairs = zip(ex.case.placements, t.target, strict=True)
+        moved = [m for m, (a, b) in enumerate(pairs) if a != b]
+        comm = f"moves mesh dims {moved}" if moved else "no communication"
+        lines = _row(
+            label,
+            f"input target {_placements_str(t.target)}, output {_placements_str(t.output)} "
+            f"({comm})",
+        )
+    if t.verdict is not None:
+        lines += _row("oracle", _verdict_text(t.verdict), 2)
+    if ex.ours is not None:
+        lines += _row("ours, oracle", _verdict_text(ex.ours))
+    return lines
+
+
+def _verdict_text(v: Verdict) -> str:
+    if v.valid is None:
+        return v.detail
+    return f"{'valid' if v.valid else 'INVALID'}: {v.detail}"
+
+
+def _grid_rows(ex: Explanation) -> list[str]:
+    lines = _row(
+        "ranks",
+        "who holds each element: rows = leading dims flattened, cols = last dim; equal "
+        "neighbouring rows and columns are merged and labelled by their index range",
+    )
+    for pic in ex.pictures:
+        if pic.rows is not None and pic.cols is not None:
+            size = f"{len(pic.cols)} cols ({pic.col_dims})"
+            if pic.row_dims != "none":
+                size = f"{len(pic.rows)} rows ({pic.row_dims}) x {size}"
+            lines += ["", f"  {pic.title}: {size}", f"  {pic.legend}"]
+            lines += ["    " + x for x in grid_lines(pic)]
+        else:
+            lines += ["", f"  {pic.title}: {pic.note or pic.legend}"]
+    return lines
+
+
+# --------------------------------------------------------------------------------------------
+# JSON and PNG
+
+
+def to_json(ex: Explanation) -> dict[str, object]:
+    """A machine-readable explanation. ``shape``, ``mesh``, ``placements``, ``op``,
+    ``op_args``, ``strict`` and ``dtype`` are the inputs in CLI notation, so re-running with
+    them gives the same object. Placements are strings in the same notation."""
+    c = ex.case
+    return {
+        "shape": list(c.shape),
+        "mesh": list(c.mesh),
+        "placements": _strs(c.placements),
+        "op": c.op,
+        "op_args": list(c.op_args),
+        "strict": c.strict,
+        "dtype": c.dtype,
+        "output_shape": list(c.out_shape),
+        "rule": rules.format_rule(c.rule),
+        "input_layout": _layout_json(ex.input_layout),
+        "input_target": _strs(ex.target),
+        "output": _strs(ex.output),
+        "output_layout": _layout_json(ex.output_layout),
+        "communication": [_step_json(s) for s in ex.communication],
+        "bytes_per_rank": sum(s.bytes_per_rank for s in ex.communication),
+        "strict_error": ex.strict_error,
+        "oracle": _verdict_json(ex.ours),
+        "torch": None if ex.torch is None else _torch_json(ex.torch),
+    }
+
+
+def _strs(ps: Sequence[PlacementSpec] | None) -> list[str] | None:
+    return None if ps is None else [str(p) for p in ps]
+
+
+def _layout_json(sl: ShardedLayout | None) -> dict[str, object] | None:
+    if sl is None:
+        return None
+    return {
+        "layout": str(sl.to_layout()),
+        "gpu_modes": [
+            {"mesh_dim": g.mesh_dim, "tensor_dim": g.tensor_dim, "layout": str(g.layout)}
+            for g in gpu_modes(sl)
+        ],
+    }
+
+
+def _step_json(s: Step) -> dict[str, object]:
+    return {
+        "mesh_dim": s.mesh_dim,
+        "from": str(s.before),
+        "to": str(s.after),
+        "collective": s.collective,
+        "group_size": s.group_size,
+        "bytes_per_rank": s.bytes_per_rank,
+        "uniform": s.uniform,
+        "reason": s.reason,
+    }
+
+
+def _verdict_json(v: Verdict | None) -> dict[str, object] | None:
+    return None if v is None else {"valid": v.valid, "detail": v.detail}
+
+
+def _torch_json(t: TorchAnswer) -> dict[str, object]:
+    return {
+        "version": t.version,
+        "input_target": _strs(t.target),
+        "output": _strs(t.output),
+        "error": t.error,
+        "oracle": _verdict_json(t.verdict),
+    }
+
+
+def png_available() -> bool:
+    """Whether matplotlib (the optional ``plot`` extra) is importable."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def write_png(ex: Explanation, path: str, max_pixels: int = 512) -> None:
+    """Draw the rank pictures side by side into a PNG (needs matplotlib).
+
+    Each image is the folded tensor, one colour per shard id; folds longer than
+    ``max_pixels`` are sampled at evenly spaced indices.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pics = ex.pictures
+    fig, axes = plt.subplots(1, len(pics), figsize=(4.5 * len(pics), 4.5), squeeze=False)
+    for ax, pic in zip(axes[0], pics, strict=True):
+        rows = _sample(pic.rows, max_pixels) if pic.rows is not None else np.zeros(1, np.int64)
+        cols = _sample(pic.cols, max_pixels) if pic.cols is not None else np.zeros(1, np.int64)
+        image = rows[:, None] + cols[None, :]
+        ids = int(image.max()) + 1
+        cmap = plt.get_cmap("tab20" if ids <= 20 else "viridis", ids)
+        shown = ax.imshow(
+            image, cmap=cmap, vmin=-0.5, vmax=ids - 0.5, aspect="auto", interpolation="nearest"
+        )
+        ax.set_title(pic.title, fontsize=10)
+        ax.set_ylabel(f"rows: {pic.row_dims}")
+        ax.set_xlabel(f"cols: {pic.col_dims}")
+        bar = fig.colorbar(shown, ax=ax, label="shard id")
+        if ids <= 20:
+            bar.set_ticks(range(ids))
+    fig.suptitle(f"{_op_text(ex.case)}: {_tuple(ex.case.shape)} -> {_tuple(ex.case.out_shape)}")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def _sample(v: np.ndarray, n: int) -> np.ndarray:
+    if len(v) <= n:
+        return v
+    return v[np.linspace(0, len(v) - 1, n).round().astype(np.int64)]
