@@ -54,8 +54,11 @@ try:
 except Exception as _exc:  # pragma: no cover
     _SPEC_FOUND = False
 DSL_AVAILABLE: bool = _SPEC_FOUND
-DSL_IMPORT_ERROR: str | None = None if _SPEC_FOUND else (
-    "ModuleNotFoundError: No module named 'cutlass' (pip install nvidia-cutlass-dsl)")
+DSL_IMPORT_ERROR: str | None = (
+    None
+    if _SPEC_FOUND
+    else ("ModuleNotFoundError: No module named 'cutlass' (pip install nvidia-cutlass-dsl)")
+)
 
 CASE_TIMEOUT_S = 120.0  # parent: max seconds without any message from the worker
 BATCH_TIMEOUT_S = 100.0  # worker: max seconds for one forked batch
@@ -121,8 +124,17 @@ class HarnessError:
 
 DslResult = DslLayout | Rejected | Crashed | HarnessError
 
-OPERATIONS = ("coalesce", "coalesce_profile", "composition", "complement", "logical_divide",
-              "zipped_divide", "logical_product", "right_inverse", "left_inverse")
+OPERATIONS = (
+    "coalesce",
+    "coalesce_profile",
+    "composition",
+    "complement",
+    "logical_divide",
+    "zipped_divide",
+    "logical_product",
+    "right_inverse",
+    "left_inverse",
+)
 
 
 def _fmt(t: IntTuple) -> str:
@@ -141,8 +153,10 @@ def require_dsl() -> None:
     if not DSL_AVAILABLE:
         import pytest
 
-        pytest.skip("NVIDIA CuTe DSL (package nvidia-cutlass-dsl, `import cutlass.cute`) "
-                    f"unavailable: {DSL_IMPORT_ERROR}")
+        pytest.skip(
+            "NVIDIA CuTe DSL (package nvidia-cutlass-dsl, `import cutlass.cute`) "
+            f"unavailable: {DSL_IMPORT_ERROR}"
+        )
 
 
 # --------------------------------------------------------------------------------------
@@ -279,8 +293,9 @@ def _worker_main() -> None:  # pragma: no cover - runs in the subprocess
                     cute.jit(preprocess=False)(body)()
                     proto.write(json.dumps({"done": True}) + "\n")
                 except Exception as exc:
-                    proto.write(json.dumps({"done": True,
-                                            "error": f"{type(exc).__name__}: {exc}"}) + "\n")
+                    proto.write(
+                        json.dumps({"done": True, "error": f"{type(exc).__name__}: {exc}"}) + "\n"
+                    )
                 proto.flush()
             except BaseException:
                 code = 3
@@ -332,8 +347,12 @@ class _Worker:
         env = {**os.environ, "CUTE_DSL_DISABLE_FILE_CACHING": "1"}
         self.proc = subprocess.Popen(
             [sys.executable, os.path.abspath(__file__), "--worker"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr_file,
-            cwd=os.path.dirname(os.path.abspath(__file__)), env=env)
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.stderr_file,
+            cwd=os.path.dirname(os.path.abspath(__file__)),
+            env=env,
+        )
         msg = self.read(timeout=120.0)
         if msg is None or "fatal" in msg:
             why = (msg or {}).get("fatal") or f"worker did not start: {self.stderr_tail()}"
@@ -424,7 +443,7 @@ def run_batch(op: str, cases: Sequence[Sequence[Any]]) -> list[DslResult]:
     results: list[DslResult] = []
     while len(results) < len(cases):
         w = _worker()
-        todo = cases[len(results):]
+        todo = cases[len(results) :]
         assert w.proc is not None and w.proc.stdin is not None
         req = json.dumps({"op": op, "cases": [[_enc(a) for a in c] for c in todo]}) + "\n"
         try:
@@ -448,8 +467,9 @@ def run_batch(op: str, cases: Sequence[Sequence[Any]]) -> list[DslResult]:
             results.append(_dec_result(msg))
         if died is None:
             if len(results) != len(cases):
-                raise RuntimeError(f"DSL worker returned {len(results) - n_before} results "
-                                   f"for {len(todo)} cases")
+                raise RuntimeError(
+                    f"DSL worker returned {len(results) - n_before} results for {len(todo)} cases"
+                )
             break
         # The DSL died while computing case number len(results).
         if len(results) < len(cases):
@@ -464,7 +484,7 @@ def run_batches(op: str, cases: Sequence[Sequence[Any]], batch_size: int = 1000)
     """:func:`run_batch` over consecutive chunks of ``batch_size`` cases (one trace each)."""
     out: list[DslResult] = []
     for i in range(0, len(cases), batch_size):
-        out.extend(run_batch(op, cases[i:i + batch_size]))
+        out.extend(run_batch(op, cases[i : i + batch_size]))
     return out
 
 
@@ -473,8 +493,13 @@ if __name__ == "__main__":
         _worker_main()
     else:  # smoke test: python property_tests/cute_dsl.py
         t0 = time.perf_counter()
-        for r in run_batch("composition", [(Spec((3, 5), (5, 1)), Spec(4, 2)),
-                                           (Spec((3, 5), (5, 1)), Spec(3, 2)),
-                                           (Spec((6, 8), (1, 6)), (Spec(3, 2), Spec(4, 2)))]):
+        for r in run_batch(
+            "composition",
+            [
+                (Spec((3, 5), (5, 1)), Spec(4, 2)),
+                (Spec((3, 5), (5, 1)), Spec(3, 2)),
+                (Spec((6, 8), (1, 6)), (Spec(3, 2), Spec(4, 2))),
+            ],
+        ):
             print(r)
         print(f"{time.perf_counter() - t0:.3f}s")

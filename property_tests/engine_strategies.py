@@ -53,6 +53,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from hypothesis import settings
 from hypothesis import strategies as st
 from torch.distributed.tensor.placement_types import (
     Partial,
@@ -85,6 +86,10 @@ __all__ = [
     "zero_comm_exists",
     "zero_comm_exists_for_op",
 ]
+
+# The engine properties run four times the profile's examples: 2000 each in CI (thousands per
+# property, as the contract asks), 80000 in the slow profile.
+ENGINE = settings(max_examples=4 * settings.default.max_examples)
 
 MAX_NUMEL = 2048
 #: Node cap for the brute-force search; a capped search proves nothing and the example is skipped.

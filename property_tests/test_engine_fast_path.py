@@ -13,7 +13,7 @@ from hypothesis import event, given
 from cute_shard.engine import propagate as P
 from cute_shard.engine.fast import fast_propagate
 from cute_shard.engine.sharded import normalize_placements, to_torch_placement
-from property_tests.engine_strategies import Case, cases, view_cases
+from property_tests.engine_strategies import ENGINE, Case, cases, view_cases
 
 
 def _general(case: Case, complex_view: bool | None) -> tuple[object, object]:
@@ -34,11 +34,13 @@ def _check(case: Case) -> None:
         assert _general(case, complex_view) == (case.placements, fast), str(case)
 
 
+@ENGINE
 @given(cases())
 def test_fast_path_equals_general_engine(case: Case) -> None:
     _check(case)
 
 
+@ENGINE
 @given(view_cases())
 def test_fast_path_equals_general_engine_on_views(case: Case) -> None:
     _check(case)

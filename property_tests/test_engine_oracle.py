@@ -38,6 +38,7 @@ import cute_shard.rules as R
 from cute_shard import oracle as O
 from cute_shard.oracle import _make_op
 from property_tests.engine_strategies import (
+    ENGINE,
     Case,
     Outcome,
     cases,
@@ -76,6 +77,7 @@ def _expect_result(case: Case, strict: bool) -> Outcome:
 # --------------------------------------------------------------------------- pairing sanity
 
 
+@ENGINE
 @given(cases())
 def test_case_pairing_is_consistent(case: Case) -> None:
     """The generator's (op, args) and rule describe the same view: with every sharded mesh dim
@@ -91,6 +93,7 @@ def test_case_pairing_is_consistent(case: Case) -> None:
 # --------------------------------------------------------------------------- property 1
 
 
+@ENGINE
 @given(cases())
 def test_outputs_are_valid_by_oracle(case: Case) -> None:
     for strict in MODES:
@@ -125,11 +128,13 @@ def _check_zero_comm_found(case: Case) -> None:
         assert v.ok, f"{_say(case, strict, got)}\n  oracle: {v.reason}"
 
 
+@ENGINE
 @given(cases())
 def test_zero_comm_answer_found_whenever_one_exists(case: Case) -> None:
     _check_zero_comm_found(case)
 
 
+@ENGINE
 @given(view_cases())
 def test_zero_comm_answer_found_for_views(case: Case) -> None:
     """Property 2 on view/reshape only (flatten, unflatten, factorisations with sharded dims)."""
@@ -139,6 +144,7 @@ def test_zero_comm_answer_found_for_views(case: Case) -> None:
 # --------------------------------------------------------------------------- property 4
 
 
+@ENGINE
 @given(cases())
 def test_strict_raises_only_without_zero_comm_answer(case: Case) -> None:
     loose = _expect_result(case, False)  # non-strict never raises on legal input
@@ -176,6 +182,7 @@ def test_strict_raises_only_without_zero_comm_answer(case: Case) -> None:
 # --------------------------------------------------------------------------- property 5
 
 
+@ENGINE
 @given(cases())
 def test_outputs_canonical_and_deterministic(case: Case) -> None:
     for strict in MODES:
@@ -203,6 +210,7 @@ def test_outputs_canonical_and_deterministic(case: Case) -> None:
 # --------------------------------------------------------------------------- input target shape
 
 
+@ENGINE
 @given(cases())
 def test_input_target_only_replicates_and_partial_is_carried(case: Case) -> None:
     for strict in MODES:
@@ -257,6 +265,7 @@ def _same_on_size_one_mesh_dims(
     return True
 
 
+@ENGINE
 @given(whole_dim_cases())
 def test_whole_dim_rules_carry_placements(case: Case) -> None:
     """A rule that only moves, adds or drops whole dims (InputDim / Singleton) chunks nothing

@@ -34,7 +34,7 @@ from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode, S
 
 import cute_shard
 import cute_shard.rules as R
-from property_tests.engine_strategies import MESHES, engine, placements_for
+from property_tests.engine_strategies import ENGINE, MESHES, engine, placements_for
 
 MODES = (False, True)
 
@@ -236,11 +236,13 @@ def _oracle_op(build: Callable[..., R.Rule], hint_args: tuple[Any, ...]) -> tupl
     return "repeat", (hint_args[1],)
 
 
+@ENGINE
 @given(st.data())
 def test_symint_batch_dims_unsharded_equal_concrete(data: st.DataObject) -> None:
     _check(data, batch=True)
 
 
+@ENGINE
 @given(st.data())
 def test_symint_sharded_dims_equal_concrete(data: st.DataObject) -> None:
     _check(data, batch=False)

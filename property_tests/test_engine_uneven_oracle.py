@@ -46,6 +46,7 @@ import cute_shard.rules as R
 from cute_shard import oracle
 from cute_shard.engine import uneven
 from cute_shard.engine.uneven import propagate_uneven
+from property_tests.engine_strategies import ENGINE
 
 SIZES = st.sampled_from([1, 1, 2, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13])
 MESHES = st.sampled_from(
@@ -250,6 +251,7 @@ def coverage_summary(request: pytest.FixtureRequest) -> Iterator[None]:
 # --------------------------------------------------------------------------- the properties
 
 
+@ENGINE
 @given(cases())
 def test_uneven_fallback_against_oracle(case: Case) -> None:
     target, out, blocked = propagate_uneven(case.placements, case.shape, case.rule, case.mesh)
@@ -313,6 +315,7 @@ def dim_sets(draw: st.DrawFn) -> tuple[uneven.IntSet, int, np.ndarray]:
     return uneven._dim_set(size, steps), size, want
 
 
+@ENGINE
 @given(st.lists(dim_sets(), min_size=1, max_size=3))
 def test_exact_sets_match_the_oracle(digits: list[tuple[uneven.IntSet, int, np.ndarray]]) -> None:
     """Per-dim sets equal the oracle's indices; their row-major product and its canonical form

@@ -35,6 +35,7 @@ from torch.distributed.tensor.placement_types import Placement
 
 from cute_shard import oracle as O
 from property_tests.engine_strategies import (
+    ENGINE,
     Case,
     Outcome,
     cases,
@@ -107,12 +108,14 @@ def _compare(case: Case, strict: bool) -> None:
     )
 
 
+@ENGINE
 @given(cases())
 def test_never_worse_than_torch(case: Case) -> None:
     for strict in MODES:
         _compare(case, strict)
 
 
+@ENGINE
 @given(view_cases())
 def test_never_worse_than_torch_on_views(case: Case) -> None:
     for strict in MODES:

@@ -129,8 +129,11 @@ def concat(*Ls: Any) -> Spec:
 
 def same_congruence(shape: Any, stride: Any) -> bool:
     if isinstance(shape, tuple):
-        return isinstance(stride, tuple) and len(shape) == len(stride) and all(
-            same_congruence(s, d) for s, d in zip(shape, stride, strict=True))
+        return (
+            isinstance(stride, tuple)
+            and len(shape) == len(stride)
+            and all(same_congruence(s, d) for s, d in zip(shape, stride, strict=True))
+        )
     return not isinstance(stride, tuple)
 
 
@@ -165,8 +168,7 @@ def same_function(X: Any, Y: Any) -> bool:
 
 def nonzero_modes(L: Any) -> Spec:
     """The flattened modes of L with stride != 0 and size != 1 (CuTe's filter)."""
-    ms = [(s, d) for s, d in zip(flat(L.shape), flat(L.stride), strict=True)
-          if d != 0 and s != 1]
+    ms = [(s, d) for s, d in zip(flat(L.shape), flat(L.stride), strict=True) if d != 0 and s != 1]
     if not ms:
         return Spec(1, 0)
     return Spec(tuple(s for s, _ in ms), tuple(d for _, d in ms))
@@ -220,8 +222,12 @@ def pc_composition_single(A: Any, B: Any, R: Any, a: str = "A") -> str | None:
         bad = np.nonzero(got != want)[0]
         inside = bad[b[bad] < size_of(A)]
         i = int(inside[0]) if inside.size else int(bad[0])
-        past = "" if inside.size else f" [B({i})={int(b[i])} is past size({a})={size_of(A)}: " \
+        past = (
+            ""
+            if inside.size
+            else f" [B({i})={int(b[i])} is past size({a})={size_of(A)}: "
             "only wrong under the last-mode extension]"
+        )
         return f"R({i})={int(got[i])} but {a}(B({i}))={a}({int(b[i])})={int(want[i])}{past}"
     return None
 
@@ -413,8 +419,9 @@ def unflatten(leaves: list[int], like: Any) -> Any:
     return rec(like)
 
 
-def compact_strides(shape: Any, order: list[int] | None = None, scale: int = 1,
-                    gaps: list[int] | None = None) -> Any:
+def compact_strides(
+    shape: Any, order: list[int] | None = None, scale: int = 1, gaps: list[int] | None = None
+) -> Any:
     """Strides of a compact layout whose leaves are laid out in ``order`` (fastest first)."""
     leaves = flat(shape)
     order = list(range(len(leaves))) if order is None else order
@@ -432,8 +439,9 @@ def dsl_gen_strides(rng: random.Random, shape: Any, kind: str | None = None) -> 
     """Strides for ``shape``: compact (column-major / permuted / scaled / with gaps),
     compact with some zeros, or arbitrary in 0..64 (biased toward 0, 1, 2, 4, 8)."""
     leaves = flat(shape)
-    kind = kind or rng.choice(["col", "perm", "perm", "scaled", "gappy", "random", "random",
-                               "zeros"])
+    kind = kind or rng.choice(
+        ["col", "perm", "perm", "scaled", "gappy", "random", "random", "zeros"]
+    )
     order = list(range(len(leaves)))
     rng.shuffle(order)
     if kind == "col":
@@ -453,8 +461,9 @@ def dsl_gen_strides(rng: random.Random, shape: Any, kind: str | None = None) -> 
     return unflatten(st, shape)
 
 
-def dsl_gen_layout(rng: random.Random, max_depth: int = 3, max_leaves: int = 5,
-                   kind: str | None = None) -> Spec:
+def dsl_gen_layout(
+    rng: random.Random, max_depth: int = 3, max_leaves: int = 5, kind: str | None = None
+) -> Spec:
     shape = dsl_gen_shape(rng, max_depth, max_leaves)
     return Spec(shape, dsl_gen_strides(rng, shape, kind))
 
@@ -531,11 +540,16 @@ def cases_composition(rng: random.Random, n: int) -> list[tuple]:
 def cases_complement(rng: random.Random, n: int) -> list[tuple]:
     out: list[tuple] = []
     for _ in range(n):
-        A = dsl_gen_layout(rng, max_depth=2, max_leaves=3,
-                           kind=rng.choice([None, "gappy", "scaled", "perm", "random"]))
+        A = dsl_gen_layout(
+            rng,
+            max_depth=2,
+            max_leaves=3,
+            kind=rng.choice([None, "gappy", "scaled", "perm", "random"]),
+        )
         c = cosize_of(A)
-        M = rng.choice([size_of(A), c, c * rng.randint(1, 4), rng.randint(1, 4 * c + 4),
-                        c + rng.randint(0, 8)])
+        M = rng.choice(
+            [size_of(A), c, c * rng.randint(1, 4), rng.randint(1, 4 * c + 4), c + rng.randint(0, 8)]
+        )
         out.append((A, max(1, M)))
     return out
 
@@ -556,8 +570,9 @@ def cases_divide(rng: random.Random, n: int) -> list[tuple]:
 def cases_logical_product(rng: random.Random, n: int) -> list[tuple]:
     out: list[tuple] = []
     while len(out) < n:
-        A = dsl_gen_layout(rng, max_depth=2, max_leaves=3,
-                           kind=rng.choice([None, "gappy", "perm", "col"]))
+        A = dsl_gen_layout(
+            rng, max_depth=2, max_leaves=3, kind=rng.choice([None, "gappy", "perm", "col"])
+        )
         B = dsl_gen_layout(rng, max_depth=2, max_leaves=3)
         if size_of(A) * max(1, cosize_of(B)) <= 4 * MAX_SIZE:
             out.append((A, B))
@@ -629,22 +644,27 @@ def _divide_oracle(op_name: str) -> Callable[[list[tuple]], tuple[list, list, li
                 pairs = [(A, T, C)]
             else:
                 pairs = list(zip(modes(A), T, C, strict=False))
-            if all(isinstance(c, DslLayout) and pc_complement(Tk, size_of(Ak), c) is None
-                   for Ak, Tk, c in pairs):
+            if all(
+                isinstance(c, DslLayout) and pc_complement(Tk, size_of(Ak), c) is None
+                for Ak, Tk, c in pairs
+            ):
                 where.append((i, len(comp_cases), len(pairs)))
                 comp_cases += [(Ak, concat(Tk, Spec(c.shape, c.stride))) for Ak, Tk, c in pairs]
         comp = cute_dsl.run_batches("composition", comp_cases, BATCH)
         results: list[Any] = list(own)
         notes: list[Any] = [None] * len(cases)
         for i, start, n in where:
-            parts = comp[start:start + n]
+            parts = comp[start : start + n]
             bad = next((p for p in parts if not isinstance(p, DslLayout)), None)
             R = bad if bad is not None else _assemble_divide(op_name, cases[i], parts)
             results[i] = R
             mine, theirs = isinstance(R, DslLayout), isinstance(own[i], DslLayout)
             if mine and theirs:
-                notes[i] = "DSL's own divide == identity" if _same_layout(R, own[i]) else \
-                    "DSL's own divide != identity"
+                notes[i] = (
+                    "DSL's own divide == identity"
+                    if _same_layout(R, own[i])
+                    else "DSL's own divide != identity"
+                )
             elif theirs:
                 notes[i] = "DSL's own divide accepts, identity rejects"
             elif mine:
@@ -660,14 +680,15 @@ def _assemble_divide(op_name: str, case: tuple, parts: list) -> Any:
     A, T = case
     if isinstance(T, Spec):
         return parts[0]
-    rest = modes(A)[len(T):]
+    rest = modes(A)[len(T) :]
     if op_name == "logical_divide":
         L = concat(*parts, *rest)
     else:
         if any(rank_of(p) != 2 for p in parts):
             return HarnessError(f"composition(A_k, (T_k, C_k)) of rank != 2: {parts}")
-        L = concat(concat(*[modes(p)[0] for p in parts]),
-                   concat(*[modes(p)[1] for p in parts], *rest))
+        L = concat(
+            concat(*[modes(p)[0] for p in parts]), concat(*[modes(p)[1] for p in parts], *rest)
+        )
     return DslLayout(L.shape, L.stride)
 
 
@@ -703,42 +724,86 @@ def _bymode_ok(case: tuple, exact: bool) -> bool:
 
 
 OPS = {
-    "coalesce": Op("coalesce", "coalesce", cases_coalesce, "coalesce",
-                   lambda c, R, aux: pc_coalesce(c[0], R),
-                   lambda lib, c: lib.coalesce(c[0])),
+    "coalesce": Op(
+        "coalesce",
+        "coalesce",
+        cases_coalesce,
+        "coalesce",
+        lambda c, R, aux: pc_coalesce(c[0], R),
+        lambda lib, c: lib.coalesce(c[0]),
+    ),
     "coalesce_profile": Op(
-        "coalesce(profile)", "coalesce_profile", cases_coalesce_profile, "coalesce_profile",
+        "coalesce(profile)",
+        "coalesce_profile",
+        cases_coalesce_profile,
+        "coalesce_profile",
         lambda c, R, aux: pc_coalesce_profile(c[0], c[1], R),
         lambda lib, c: lib.coalesce(c[0], c[1]),
-        valid_case=lambda c: rank_of(c[0]) >= 2 and c[1] == (1,) * rank_of(c[0])),
-    "composition": Op("composition", "composition", cases_composition, "composition",
-                      lambda c, R, aux: pc_composition(c[0], c[1], R),
-                      lambda lib, c: lib.composition(c[0], c[1]),
-                      valid_case=lambda c: _bymode_ok(c, exact=True)),
-    "complement": Op("complement", "complement", cases_complement, "complement",
-                     lambda c, R, aux: pc_complement(c[0], c[1], R),
-                     lambda lib, c: lib.complement(c[0], c[1]),
-                     valid_case=lambda c: c[1] >= 1),
-    "logical_divide": Op("logical_divide", "logical_divide", cases_divide, "divide",
-                         lambda c, R, aux: pc_logical_divide(c[0], c[1], aux, R),
-                         lambda lib, c: lib.logical_divide(c[0], c[1]),
-                         valid_case=lambda c: _bymode_ok(c, exact=False),
-                         oracle=_divide_oracle("logical_divide")),
-    "zipped_divide": Op("zipped_divide", "zipped_divide", cases_divide, "divide",
-                        lambda c, R, aux: pc_zipped_divide(c[0], c[1], aux, R),
-                        lambda lib, c: lib.zipped_divide(c[0], c[1]),
-                        valid_case=lambda c: _bymode_ok(c, exact=False),
-                        oracle=_divide_oracle("zipped_divide")),
-    "logical_product": Op("logical_product", "logical_product", cases_logical_product,
-                          "logical_product",
-                          lambda c, R, aux: pc_logical_product(c[0], c[1], aux, R),
-                          lambda lib, c: lib.logical_product(c[0], c[1]), _product_aux),
-    "right_inverse": Op("right_inverse", "right_inverse", cases_inverse, "right_inverse",
-                        lambda c, R, aux: pc_right_inverse(c[0], R),
-                        lambda lib, c: lib.right_inverse(c[0])),
-    "left_inverse": Op("left_inverse", "left_inverse", cases_inverse, "left_inverse",
-                       lambda c, R, aux: pc_left_inverse(c[0], R),
-                       lambda lib, c: lib.left_inverse(c[0])),
+        valid_case=lambda c: rank_of(c[0]) >= 2 and c[1] == (1,) * rank_of(c[0]),
+    ),
+    "composition": Op(
+        "composition",
+        "composition",
+        cases_composition,
+        "composition",
+        lambda c, R, aux: pc_composition(c[0], c[1], R),
+        lambda lib, c: lib.composition(c[0], c[1]),
+        valid_case=lambda c: _bymode_ok(c, exact=True),
+    ),
+    "complement": Op(
+        "complement",
+        "complement",
+        cases_complement,
+        "complement",
+        lambda c, R, aux: pc_complement(c[0], c[1], R),
+        lambda lib, c: lib.complement(c[0], c[1]),
+        valid_case=lambda c: c[1] >= 1,
+    ),
+    "logical_divide": Op(
+        "logical_divide",
+        "logical_divide",
+        cases_divide,
+        "divide",
+        lambda c, R, aux: pc_logical_divide(c[0], c[1], aux, R),
+        lambda lib, c: lib.logical_divide(c[0], c[1]),
+        valid_case=lambda c: _bymode_ok(c, exact=False),
+        oracle=_divide_oracle("logical_divide"),
+    ),
+    "zipped_divide": Op(
+        "zipped_divide",
+        "zipped_divide",
+        cases_divide,
+        "divide",
+        lambda c, R, aux: pc_zipped_divide(c[0], c[1], aux, R),
+        lambda lib, c: lib.zipped_divide(c[0], c[1]),
+        valid_case=lambda c: _bymode_ok(c, exact=False),
+        oracle=_divide_oracle("zipped_divide"),
+    ),
+    "logical_product": Op(
+        "logical_product",
+        "logical_product",
+        cases_logical_product,
+        "logical_product",
+        lambda c, R, aux: pc_logical_product(c[0], c[1], aux, R),
+        lambda lib, c: lib.logical_product(c[0], c[1]),
+        _product_aux,
+    ),
+    "right_inverse": Op(
+        "right_inverse",
+        "right_inverse",
+        cases_inverse,
+        "right_inverse",
+        lambda c, R, aux: pc_right_inverse(c[0], R),
+        lambda lib, c: lib.right_inverse(c[0]),
+    ),
+    "left_inverse": Op(
+        "left_inverse",
+        "left_inverse",
+        cases_inverse,
+        "left_inverse",
+        lambda c, R, aux: pc_left_inverse(c[0], R),
+        lambda lib, c: lib.left_inverse(c[0]),
+    ),
 }
 
 
@@ -823,10 +888,12 @@ class Report:
 
     def summary(self) -> str:
         lines = [f"== {self.op}: " + ", ".join(f"{k}={v}" for k, v in sorted(self.counts.items()))]
-        for title, rows in (("class 3 (DSL output fails post-condition)", self.dsl_invalid),
-                            ("class 1 (DSL rejects / crashes)", self.rejected),
-                            ("mode-structure-only differences", self.structure_only),
-                            ("notes", self.notes)):
+        for title, rows in (
+            ("class 3 (DSL output fails post-condition)", self.dsl_invalid),
+            ("class 1 (DSL rejects / crashes)", self.rejected),
+            ("mode-structure-only differences", self.structure_only),
+            ("notes", self.notes),
+        ):
             if rows:
                 lines.append(f"  {title}: {len(rows)}; smallest:")
                 for _, text in sorted(rows, key=lambda r: r[0])[:6]:
@@ -839,8 +906,10 @@ class Report:
         if self.failures:
             by_cat = Counter(f[1] for f in self.failures)
             shown = sorted(self.failures, key=lambda f: f[0])[:20]
-            msg = [f"{self.op}: {len(self.failures)} disagreement(s) with the differential rules "
-                   f"({dict(by_cat)})"]
+            msg = [
+                f"{self.op}: {len(self.failures)} disagreement(s) with the differential rules "
+                f"({dict(by_cat)})"
+            ]
             if self.shrunk:
                 msg.append("shrunk to minimal cases:")
                 msg += [f"  [{c}] {t}" for c, t in self.shrunk]
@@ -866,13 +935,15 @@ def judge(rep: Report, op: Op, case: tuple, dsl: Any, aux: Any, ours: Ours) -> N
     """Apply the three differential rules to one case."""
     rep.per_case.append(None)
     text_case = f"{rep.op}({case_str(case)})"
-    if isinstance(dsl, HarnessError) or any(isinstance(x, HarnessError) for x in
-                                            (aux if isinstance(aux, tuple) else (aux,))):
+    if isinstance(dsl, HarnessError) or any(
+        isinstance(x, HarnessError) for x in (aux if isinstance(aux, tuple) else (aux,))
+    ):
         rep.fail(case, "harness", f"{text_case}: DSL {dsl}; companion {aux}")
         return
     if ours.kind == "other_error":
-        rep.fail(case, "non-ValueError exception",
-                 f"{text_case}: DSL {dsl}; ours raised {ours.error}")
+        rep.fail(
+            case, "non-ValueError exception", f"{text_case}: DSL {dsl}; ours raised {ours.error}"
+        )
         return
     if isinstance(dsl, (Rejected, Crashed)):
         what = "crashes" if isinstance(dsl, Crashed) else "rejects"
@@ -880,24 +951,34 @@ def judge(rep: Report, op: Op, case: tuple, dsl: Any, aux: Any, ours: Ours) -> N
         rep.rejected.append((case_weight(case), f"{text_case} -> {dsl}"))
         if ours.kind != "value_error":
             sub, note = _ours_note(op, case, ours, aux)
-            rep.fail(case, f"class1: DSL {what}, ours returns{sub}",
-                     f"{text_case}: DSL {dsl}; ours {ours}{note}")
+            rep.fail(
+                case,
+                f"class1: DSL {what}, ours returns{sub}",
+                f"{text_case}: DSL {dsl}; ours {ours}{note}",
+            )
         return
     why_invalid = op.pc(case, dsl, aux)
     if why_invalid is not None:
         rep.counts["class3 DSL output invalid"] += 1
-        rep.dsl_invalid.append((case_weight(case),
-                                f"{text_case} -> DSL {sfmt(dsl)}: {why_invalid}"))
+        rep.dsl_invalid.append(
+            (case_weight(case), f"{text_case} -> DSL {sfmt(dsl)}: {why_invalid}")
+        )
         if ours.kind != "value_error":
             sub, note = _ours_note(op, case, ours, aux)
-            rep.fail(case, f"class3: DSL output invalid, ours returns{sub}",
-                     f"{text_case}: DSL {sfmt(dsl)} fails the post-condition ({why_invalid}); "
-                     f"ours {ours}{note}")
+            rep.fail(
+                case,
+                f"class3: DSL output invalid, ours returns{sub}",
+                f"{text_case}: DSL {sfmt(dsl)} fails the post-condition ({why_invalid}); "
+                f"ours {ours}{note}",
+            )
         return
     rep.counts["class2 DSL output valid"] += 1
     if ours.kind != "ok":
-        rep.fail(case, "class2: ours raises on a valid DSL result",
-                 f"{text_case}: DSL {sfmt(dsl)} (valid); ours {ours}")
+        rep.fail(
+            case,
+            "class2: ours raises on a valid DSL result",
+            f"{text_case}: DSL {sfmt(dsl)} (valid); ours {ours}",
+        )
         return
     mine = ours.layout
     func_ok = same_congruence(mine.shape, mine.stride) and same_function(mine, dsl)
@@ -905,13 +986,18 @@ def judge(rep: Report, op: Op, case: tuple, dsl: Any, aux: Any, ours: Ours) -> N
     if func_ok and struct_ok:
         rep.counts["class2 agree"] += 1
     elif func_ok:
-        rep.structure_only.append((case_weight(case),
-                                   f"{text_case}: DSL {sfmt(dsl)}; ours {sfmt(mine)}"))
-        rep.fail(case, "class2: same function, different mode structure",
-                 f"{text_case}: DSL {sfmt(dsl)}; ours {sfmt(mine)}")
+        rep.structure_only.append(
+            (case_weight(case), f"{text_case}: DSL {sfmt(dsl)}; ours {sfmt(mine)}")
+        )
+        rep.fail(
+            case,
+            "class2: same function, different mode structure",
+            f"{text_case}: DSL {sfmt(dsl)}; ours {sfmt(mine)}",
+        )
     else:
-        rep.fail(case, "class2: different function",
-                 f"{text_case}: DSL {sfmt(dsl)}; ours {sfmt(mine)}")
+        rep.fail(
+            case, "class2: different function", f"{text_case}: DSL {sfmt(dsl)}; ours {sfmt(mine)}"
+        )
 
 
 def evaluate(lib: Any, op: Op, cases: list[tuple], extra: Callable | None = None) -> Report:
@@ -960,14 +1046,14 @@ def _replace(t: Any, path: tuple, new: Any) -> Any:
     if not path:
         return new
     i = path[0]
-    return (*t[:i], _replace(t[i], path[1:], new), *t[i + 1:])
+    return (*t[:i], _replace(t[i], path[1:], new), *t[i + 1 :])
 
 
 def _splice(t: Any, path: tuple, new_items: tuple) -> Any:
     """Replace the node at ``path`` (not the root) by ``new_items`` inside its parent."""
     parent, i = path[:-1], path[-1]
     p = _get(t, parent)
-    return _replace(t, parent, (*p[:i], *new_items, *p[i + 1:]))
+    return _replace(t, parent, (*p[:i], *new_items, *p[i + 1 :]))
 
 
 def _spec_moves(s: Spec) -> list[Spec]:
@@ -1007,20 +1093,20 @@ def _case_moves(case: tuple) -> list[tuple]:
     out: list[tuple] = []
     for i, a in enumerate(case):
         if isinstance(a, Spec):
-            out += [(*case[:i], m, *case[i + 1:]) for m in _spec_moves(a)]
+            out += [(*case[:i], m, *case[i + 1 :]) for m in _spec_moves(a)]
         elif isinstance(a, tuple) and a and all(isinstance(e, Spec) for e in a):
             for j, e in enumerate(a):
                 for m in _spec_moves(e):
-                    out.append((*case[:i], (*a[:j], m, *a[j + 1:]), *case[i + 1:]))
+                    out.append((*case[:i], (*a[:j], m, *a[j + 1 :]), *case[i + 1 :]))
             if len(a) > 1:
                 for j in range(len(a)):
-                    out.append((*case[:i], (*a[:j], *a[j + 1:]), *case[i + 1:]))
+                    out.append((*case[:i], (*a[:j], *a[j + 1 :]), *case[i + 1 :]))
             if len(a) == 1:
-                out.append((*case[:i], a[0], *case[i + 1:]))
+                out.append((*case[:i], a[0], *case[i + 1 :]))
         elif isinstance(a, int):
             for nv in {1, a // 2, a - 1}:
                 if 1 <= nv < a:
-                    out.append((*case[:i], nv, *case[i + 1:]))
+                    out.append((*case[:i], nv, *case[i + 1 :]))
     return out
 
 
@@ -1041,8 +1127,12 @@ def shrink(lib: Any, op: Op, case: tuple, category: str, deadline: float) -> tup
         for c in _case_moves(best):
             c = _fix_case(op, c)
             key = case_str(c)
-            if key not in seen and op.valid_case(c) and case_weight(c) < w0 and all(
-                    size_of(s) <= MAX_SIZE for a in c for s in _specs(a)):
+            if (
+                key not in seen
+                and op.valid_case(c)
+                and case_weight(c) < w0
+                and all(size_of(s) <= MAX_SIZE for a in c for s in _specs(a))
+            ):
                 seen.add(key)
                 cands.append(c)
         if not cands:
@@ -1083,8 +1173,9 @@ def require_min(rep: Report, minimum: dict) -> None:
     """Guard against a generator that silently stops exercising a class."""
     for key, lo in minimum.items():
         got = rep.counts[key]
-        assert got >= lo, (f"{rep.op}: only {got} cases in {key!r} (want >= {lo}); "
-                           f"{dict(rep.counts)}")
+        assert got >= lo, (
+            f"{rep.op}: only {got} cases in {key!r} (want >= {lo}); {dict(rep.counts)}"
+        )
 
 
 # ======================================================================================
@@ -1103,8 +1194,9 @@ def lib():
 def test_dsl_available():
     """Visible skip reason when the DSL cannot be imported; smoke test of the harness."""
     cute_dsl.require_dsl()
-    res = cute_dsl.run_batch("composition", [(Spec((2, 3), (1, 2)), Spec(6, 1)),
-                                             (Spec((3, 5), (5, 1)), Spec(3, 2))])
+    res = cute_dsl.run_batch(
+        "composition", [(Spec((2, 3), (1, 2)), Spec(6, 1)), (Spec((3, 5), (5, 1)), Spec(3, 2))]
+    )
     assert res[0] == DslLayout(6, 1)
     assert isinstance(res[1], Rejected) and res[1].error_type == "MLIRError"
 
@@ -1124,8 +1216,14 @@ def test_coalesce_by_mode(lib):
 def test_composition(lib):
     rep = run_op(lib, "composition")
     rep.check()
-    require_min(rep, {"class1 DSL rejects": N_CASES // 30, "class2 agree": N_CASES // 3,
-                      "class3 DSL output invalid": N_CASES // 150})
+    require_min(
+        rep,
+        {
+            "class1 DSL rejects": N_CASES // 30,
+            "class2 agree": N_CASES // 3,
+            "class3 DSL output invalid": N_CASES // 150,
+        },
+    )
 
 
 def test_complement(lib):
@@ -1149,23 +1247,29 @@ def _divide_identity(lib: Any, op_name: str) -> Callable:
                 R = lib.composition(LA, Z)
                 parts.append(Spec(R.shape, R.stride))
         except Exception as exc:
-            rep.fail(case, "ours: divide identity",
-                     f"{op_name}({case_str(case)}) = {ours} but composition(A, (B, complement("
-                     f"B, size(A)))) raised {type(exc).__name__}: {exc}")
+            rep.fail(
+                case,
+                "ours: divide identity",
+                f"{op_name}({case_str(case)}) = {ours} but composition(A, (B, complement("
+                f"B, size(A)))) raised {type(exc).__name__}: {exc}",
+            )
             return
-        rest = modes(A)[len(T):] if isinstance(T, tuple) else []
+        rest = modes(A)[len(T) :] if isinstance(T, tuple) else []
         if isinstance(T, Spec):
             expect = parts[0]
         elif op_name == "logical_divide":
             expect = concat(*parts, *rest)
         else:
-            expect = concat(concat(*[modes(p)[0] for p in parts]),
-                            concat(*[modes(p)[1] for p in parts], *rest))
+            expect = concat(
+                concat(*[modes(p)[0] for p in parts]), concat(*[modes(p)[1] for p in parts], *rest)
+            )
         mine = ours.layout
         if not (same_function(mine, expect) and norm_shape(mine.shape) == norm_shape(expect.shape)):
-            rep.fail(case, "ours: divide identity",
-                     f"{op_name}({case_str(case)}) = {sfmt(mine)} but the identity gives "
-                     f"{sfmt(expect)}")
+            rep.fail(
+                case,
+                "ours: divide identity",
+                f"{op_name}({case_str(case)}) = {sfmt(mine)} but the identity gives {sfmt(expect)}",
+            )
 
     return check
 
@@ -1173,8 +1277,14 @@ def _divide_identity(lib: Any, op_name: str) -> Callable:
 def test_logical_divide(lib):
     rep = run_op(lib, "logical_divide", _divide_identity(lib, "logical_divide"))
     rep.check()
-    require_min(rep, {"class1 DSL rejects": N_CASES // 30, "class2 agree": N_CASES // 3,
-                      "class3 DSL output invalid": N_CASES // 150})
+    require_min(
+        rep,
+        {
+            "class1 DSL rejects": N_CASES // 30,
+            "class2 agree": N_CASES // 3,
+            "class3 DSL output invalid": N_CASES // 150,
+        },
+    )
 
 
 def test_zipped_divide(lib):
@@ -1198,5 +1308,11 @@ def test_right_inverse(lib):
 def test_left_inverse(lib):
     rep = run_op(lib, "left_inverse")
     rep.check()
-    require_min(rep, {"class1 DSL rejects": N_CASES // 100, "class2 agree": N_CASES // 2,
-                      "class3 DSL output invalid": N_CASES // 30})
+    require_min(
+        rep,
+        {
+            "class1 DSL rejects": N_CASES // 100,
+            "class2 agree": N_CASES // 2,
+            "class3 DSL output invalid": N_CASES // 30,
+        },
+    )
