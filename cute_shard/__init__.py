@@ -22,12 +22,19 @@ _ENGINE_NAMES = {
     "layout_to_placements",
 }
 
-__all__ = sorted(_ENGINE_NAMES)
+# The DTensor integration (``cute_shard/integration.py``), resolved lazily for the same reason.
+_INTEGRATION_NAMES = {"install", "uninstall", "enabled"}
+
+__all__ = sorted(_ENGINE_NAMES | _INTEGRATION_NAMES)
 
 
 def __getattr__(name: str) -> object:
     if name in _ENGINE_NAMES:
-        from . import engine
-
-        return getattr(engine, name)
-    raise AttributeError(f"module 'cute_shard' has no attribute {name!r}")
+        from . import engine as module
+    elif name in _INTEGRATION_NAMES:
+        from . import integration as module  # type: ignore[no-redef]
+    else:
+        raise AttributeError(f"module 'cute_shard' has no attribute {name!r}")
+    value = getattr(module, name)
+    globals()[name] = value  # later lookups are plain attribute reads (the hot path)
+    return value

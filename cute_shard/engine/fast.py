@@ -74,6 +74,9 @@ def fast_propagate(
     for n in shape:
         if type(n) is not int or n < 1:
             return None
+    for n in mesh:
+        if type(n) is not int or n < 1:
+            return None
     dims = _shard_dims(placements, ndim, mesh)
     if dims is None:
         return None
@@ -166,23 +169,35 @@ def _shard_dims(
 ) -> dict[int, list[tuple[int, int]]] | None:
     """``{tensor dim: [(mesh dim, split factor), ...]}`` in mesh order, or None."""
     dims: dict[int, list[tuple[int, int]]] = {}
-    for m, p in enumerate(placements):
-        n = mesh[m]
-        if type(n) is not int or n < 1:
-            return None
+    m = 0
+    for p in placements:
         cls = type(p)
-        if cls is Replicate:
-            continue
-        if cls is Shard or cls is _StridedShard:
+        if cls is Shard:
             d = p.dim  # type: ignore[attr-defined]
-            sf = 1 if cls is Shard else p.split_factor  # type: ignore[attr-defined]
-            if d < 0:
-                d += ndim
-            if not 0 <= d < ndim or type(sf) is not int or sf < 1 or n == 1:
+            sf = 1
+        elif cls is Replicate:
+            m += 1
+            continue
+        elif cls is _StridedShard:
+            d = p.dim  # type: ignore[attr-defined]
+            sf = p.split_factor  # type: ignore[attr-defined]
+            if type(sf) is not int or sf < 1:
                 return None
-            dims.setdefault(d, []).append((m, sf))
-        elif not isinstance(p, Partial):
+        elif isinstance(p, Partial):
+            m += 1
+            continue
+        else:
             return None
+        if d < 0:
+            d += ndim
+        if not 0 <= d < ndim or mesh[m] == 1:
+            return None
+        steps = dims.get(d)
+        if steps is None:
+            dims[d] = [(m, sf)]
+        else:
+            steps.append((m, sf))
+        m += 1
     return dims
 
 

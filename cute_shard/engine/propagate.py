@@ -67,9 +67,9 @@ def propagate_shape_and_sharding(
     True for view_as_complex, False for a real view. None (unknown) gives an answer that is
     valid for both.
     """
-    shape = tuple(global_shape)
-    mesh = tuple(mesh_shape)
-    ours = _as_rule(tuple(rule))
+    shape = global_shape if type(global_shape) is tuple else tuple(global_shape)
+    mesh = mesh_shape if type(mesh_shape) is tuple else tuple(mesh_shape)
+    ours = _as_rule(rule if type(rule) is tuple else tuple(rule))
     fast = fast_propagate(placements, shape, ours, mesh, complex_view)
     if fast is not None:  # the common even, zero-communication view
         return tuple(placements), fast
@@ -112,7 +112,10 @@ def _merge_target(
 
 
 def _as_rule(rule: tuple[object, ...]) -> tuple[DimSpec, ...]:
-    if all(isinstance(spec, DimSpec) for spec in rule):
+    for spec in rule:
+        if not isinstance(spec, DimSpec):
+            break
+    else:
         return rule  # type: ignore[return-value]
     try:
         return _as_rule_cached(rule)
