@@ -282,3 +282,27 @@ def test_flat_product_and_canonical_form() -> None:
         # the canonical form is the same for any family split of the same set
         intervals = tuple((int(x), 1, 0, 1) for x in want)
         assert uneven._canonical(flat) == uneven._canonical(intervals)
+
+
+@pytest.mark.parametrize(
+    ("shape", "target", "mesh", "placements"),
+    [
+        ((1105, 3, 3), (9945,), (2, 4), [S(2), S(0)]),
+        ((126, 63, 16), (2, 63504), (2, 4, 2), [S(0), S(2), S(1)]),
+    ],
+)
+def test_too_ragged_to_prove_moves_instead_of_raising(
+    shape: tuple[int, ...], target: tuple[int, ...], mesh: tuple[int, ...], placements: list[Any]
+) -> None:
+    """Found by the benchmark screening: a set past MAX_FAMILIES raised an internal exception
+    out of a non-strict call. Such a mesh dim is now not proven, so it moves, with a reason."""
+    import cute_shard
+
+    rule = R.view_groups(shape, target)
+    in_tgt, out = cute_shard.propagate_shape_and_sharding(placements, shape, rule, mesh)
+    assert any(t != p for t, p in zip(in_tgt, placements, strict=True))
+    v = oracle.check_op(shape, "view", (target,), in_tgt, out, mesh, strict_view=False)
+    assert v.ok, v.reason
+    with pytest.raises(cute_shard.RedistributionRequired) as info:
+        cute_shard.propagate_shape_and_sharding(placements, shape, rule, mesh, strict_view=True)
+    assert all(b.reason for b in info.value.blocked)

@@ -86,8 +86,10 @@ def propagate_shape_and_sharding(
 def cache_clear() -> None:
     """Empty every cache the engine and the layers below it keep."""
     from .. import layout, rules
+    from .uneven import _dim_set
 
     _propagate_cached.cache_clear()
+    _dim_set.cache_clear()
     _as_rule_cached.cache_clear()
     _rule_groups_cached.cache_clear()
     rules.cache_clear()

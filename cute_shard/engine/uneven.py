@@ -868,12 +868,22 @@ def propagate_uneven(
             out += (p if isinstance(p, Partial) else Replicate(),)
             continue
         pb = _Problem(view, view.group_of[dim], (*target, p), out, mesh)
-        choice, failure = _decide(pb, i, dim)
+        try:
+            choice, failure = _decide(pb, i, dim)
+        except _Unprovable:  # a set grew too ragged to compare: not proven, so it moves
+            choice, failure = None, None
         if choice is not None:
             target += (p,)
             out += (choice,)
             continue
         target += (Replicate(),)
         out += (Replicate(),)
-        blocked += (Blocked(i, dim, _reason(pb, i, dim, failure)),)
+        try:
+            reason = _reason(pb, i, dim, failure)
+        except _Unprovable:
+            reason = (
+                f"its shards are too irregular to prove exactly (more than {MAX_FAMILIES} "
+                "runs per rank), so it is not kept"
+            )
+        blocked += (Blocked(i, dim, reason),)
     return target, out, blocked
