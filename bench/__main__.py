@@ -1,30 +1,151 @@
-"""Run the benchmark suites, print their tables and write bench/results/<suite>.json."""
+"""Run the benchmark suites, print their tables and write bench/results/<suite>.json.
+
+    python -m bench                          # every suite (make bench), a few minutes
+    python -m bench --quick                  # the same with few rounds, under 30 s
+    python -m bench --suite propagate --families reshape,strided --rounds 41
+    python -m bench --profile reshape        # cProfile of cold cute_shard calls, top 15
+
+The propagate suite also writes bench/results/propagate.png when matplotlib is installed.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import pathlib
+import platform
+import time
+from collections.abc import Callable
+from typing import Any
 
-from . import layout_bench
+import torch
 
-SUITES = {"layout": layout_bench.run}
+from . import layout_bench, propagate_bench
+from .propagate_cases import FAMILIES
+
+RESULTS = pathlib.Path(__file__).parent / "results"
+
+
+def _layout(args: argparse.Namespace) -> dict[str, Any]:
+    return layout_bench.run(rounds=args.rounds or (5 if args.quick else 21))
+
+
+def _propagate(args: argparse.Namespace) -> dict[str, Any]:
+    families = args.families.split(",") if args.families else None
+    st = propagate_bench.settings(args.rounds, args.quick)
+    results = propagate_bench.run(st, families=families, e2e=not args.no_dtensor)
+    if _plot(results, RESULTS / "propagate.png"):
+        print("wrote bench/results/propagate.png")
+    return results
+
+
+SUITES: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {
+    "layout": _layout,
+    "propagate": _propagate,
+}
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    p = argparse.ArgumentParser(
+        prog="python -m bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("suites", nargs="*", metavar="SUITE", help=f"any of {list(SUITES)} (all)")
-    p.add_argument("--rounds", type=int, default=21)
+    p.add_argument("--suite", choices=[*SUITES, "all"], help="the same as naming one SUITE")
+    p.add_argument("--rounds", type=int, help="interleaved rounds per cell (default 21)")
+    p.add_argument("--quick", action="store_true", help="few rounds and cases: a smoke run")
+    p.add_argument(
+        "--families",
+        help=f"propagate: comma-separated subset of {[*FAMILIES, 'dtensor']} (all)",
+    )
+    p.add_argument("--no-dtensor", action="store_true", help="propagate: skip the DTensor family")
+    p.add_argument(
+        "--profile",
+        metavar="FAMILY",
+        choices=list(FAMILIES),
+        help="instead of timing, cProfile cold cute_shard calls of FAMILY and print the top",
+    )
+    p.add_argument("--profile-mode", choices=propagate_bench.MODES, default="rule+prop")
+    p.add_argument("--top", type=int, default=15, help="--profile: functions to show")
+    p.add_argument("--sort", default="tottime", help="--profile: pstats sort key (tottime)")
     args = p.parse_args()
-    unknown = set(args.suites) - set(SUITES)
+
+    if args.profile:
+        print(
+            propagate_bench.profile(args.profile, args.profile_mode, top=args.top, sort=args.sort)
+        )
+        return
+    chosen = list(args.suites)
+    if args.suite and args.suite != "all":
+        chosen.append(args.suite)
+    unknown = set(chosen) - set(SUITES)
     if unknown:
         p.error(f"unknown suite(s) {sorted(unknown)}; choose from {list(SUITES)}")
-    out_dir = pathlib.Path(__file__).parent / "results"
-    out_dir.mkdir(exist_ok=True)
-    for name in args.suites or SUITES:
-        print(f"== {name} ==")
-        results = SUITES[name](rounds=args.rounds)
-        (out_dir / f"{name}.json").write_text(json.dumps(results, indent=2))
+    if args.families:
+        bad = set(args.families.split(",")) - {*FAMILIES, "dtensor"}
+        if bad:
+            p.error(f"unknown families {sorted(bad)}; choose from {[*FAMILIES, 'dtensor']}")
+    RESULTS.mkdir(exist_ok=True)
+    meta = {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "machine": platform.machine(),
+        "quick": args.quick,
+    }
+    for name in chosen or SUITES:
+        print(f"== {name} ==", flush=True)
+        t0 = time.perf_counter()
+        results = SUITES[name](args)
+        meta_s = {**meta, "seconds": round(time.perf_counter() - t0, 1)}
+        out = RESULTS / f"{name}.json"
+        out.write_text(json.dumps({"meta": meta_s, "results": results}, indent=2))
+        print(f"({meta_s['seconds']} s; wrote {out.relative_to(RESULTS.parent.parent)})\n")
+
+
+def _plot(results: dict[str, Any], path: pathlib.Path) -> bool:
+    """A bar chart of the per-family speed-ups (log scale), if matplotlib is installed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    rows = results["rows"]
+    if not rows:
+        return False
+    labels = sorted(
+        {(r["family"], r["mesh"]) for r in rows}, key=lambda k: (list(FAMILIES).index(k[0]), k[1])
+    )
+    cells = [(t, m) for t in propagate_bench.TEMPS for m in propagate_bench.MODES]
+    fig, ax = plt.subplots(figsize=(max(8, len(labels) * 0.45), 4.5))
+    width = 0.8 / len(cells)
+    for k, (temp, mode) in enumerate(cells):
+        by = {
+            (r["family"], r["mesh"]): r["speedup"]
+            for r in rows
+            if (r["temp"], r["mode"]) == (temp, mode)
+        }
+        ax.bar(
+            [i + k * width for i in range(len(labels))],
+            [by.get(lab, 0) for lab in labels],
+            width,
+            label=f"{temp} {mode}",
+        )
+    ax.set_yscale("log")
+    ax.axhline(1, color="black", linewidth=0.8)
+    ax.axhline(5, color="gray", linewidth=0.8, linestyle="--")
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(labels))])
+    ax.set_xticklabels([f"{f} {m}" for f, m in labels], rotation=60, ha="right", fontsize=8)
+    ax.set_ylabel("speed-up (torch µs / cute_shard µs)")
+    ax.set_title("cute_shard vs torch view propagation (above 1: cute_shard faster)")
+    ax.legend(fontsize=8, ncol=4, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
 
 
 if __name__ == "__main__":
