@@ -88,6 +88,8 @@ def fast_propagate(
     ids: list[tuple[int, int]] = []
     for o, spec in enumerate(rule):
         cls = type(spec)
+        if cls is Singleton or cls is NewDim:  # size-1 or new dims may sit inside a group
+            continue
         if source is not None and (cls is not Split or spec.input_dim != source):  # type: ignore[attr-defined]
             used = _split_group(shape, rule, source, ids, used, dims, mesh, out)
             if used < 0:
@@ -117,7 +119,7 @@ def fast_propagate(
                 if d >= ndim or d in dims or shape[d] != 1 or used >> d & 1:
                     return None
                 used |= 1 << d
-        elif cls is not Singleton and cls is not NewDim:  # Repeat: the general engine
+        else:  # Repeat: the general engine
             return None
     if source is not None:
         used = _split_group(shape, rule, source, ids, used, dims, mesh, out)
