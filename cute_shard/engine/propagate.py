@@ -380,8 +380,14 @@ def _least_to_move(
         (c for r in range(1, len(sharded) + 1) for c in itertools.combinations(sharded, r)),
         key=cost,
     )
+    cv = None if pairs is not None else False
     for subset in subsets:
         target = tuple(None if m in subset else p for m, p in enumerate(norm))
+        if all(is_static(n) for n in shape):  # the hot path answers most retries
+            fast = fast_propagate([to_torch_placement(p) for p in target], shape, rule, mesh, cv)
+            if fast is not None:
+                out = normalize_placements(fast, len(rule), mesh)
+                return target, out, _blocked(norm, subset, failures)
         result = _attempt(target, shape, rule, mesh, pairs)
         if result is not None and result[0] is not None:
             return target, result[0], _blocked(norm, subset, failures)
