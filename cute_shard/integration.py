@@ -1,0 +1,400 @@
+"""DTensor integration: ``install()`` makes DTensor propagate every view op with cute_shard.
+
+DTensor's ``ShardingPropagator`` keeps one strategy function per aten overload. torch 2.13
+registers its view ops in ``torch.distributed.tensor._ops._view_ops``: most through
+``register_op_strategy_map`` (a closure over torch's ``dim_map`` builder and a ``strict_view``
+flag), and ``view_as_complex`` as a single-mesh-dim strategy. ``install()`` finds every one of
+them in the propagator's registry (``torch_view_ops``), saves the originals and registers a
+``ViewStrategy`` in their place. ``uninstall()`` puts the saved objects back, so torch's own
+functions are registered again (the same objects). Both clear DTensor's sharding-propagation
+caches (the Python LRU cache and the calling thread's C++ fast-path cache), so no answer of
+the other propagator is reused. Other ops are untouched.
+
+A ``ViewStrategy`` builds what torch's ``reshape_strategy`` builds: an ``OpStrategy`` with one
+``OpSpec`` per input strategy, whose input spec holds the target placements (and the input's
+tensor_meta) and whose redistribute cost comes from ``generate_redistribute_costs``. Only the
+placements differ: they come from ``cute_shard.propagate_shape_and_sharding``. The rule comes
+from ``cute_shard.rules`` (the builder for the op torch registered); where a builder cannot
+decide a SymInt comparison without a guard, torch's own ``dim_map`` gives it. The mesh is the
+input spec's own ``DeviceMesh`` object: nothing here copies or constructs a mesh, so
+``out.device_mesh is dt.device_mesh``.
+
+Worked example, on a 2x4 mesh::
+
+    import cute_shard
+    cute_shard.install()
+    x = distribute_tensor(torch.randn(8, 16, 32), mesh, [Shard(0), Shard(1)])
+    x.view(128, 32).placements  # (Shard(dim=0), _StridedShard(dim=0, sf=4)): no communication
+    x.view(16, 8, 32)  # RuntimeError: view needs communication: tensor dim 1 is sharded on
+    #                    mesh dim 1 and ...; redistribute the input to [Shard(dim=0),
+    #                    Replicate()] first, or use reshape
+    with cute_shard.enabled():  # reentrant; restores the state before it
+        ...
+
+Strict views (``view``, ``_unsafe_view``, ``squeeze``) that need communication raise
+``cute_shard.RedistributionRequired``; DTensor wraps it in a RuntimeError whose message starts
+with ours (the tensor dim, the mesh dim and the redistribution that would work).
+
+The CompositeImplicitAutograd view ops (reshape, flatten, unflatten, movedim, ravel,
+broadcast_to, tile, atleast_*d) are decomposed before DTensor sees them, except under
+inference mode. So outside inference mode ``dt.reshape`` reaches DTensor as ``aten.view`` (or
+``clone`` + ``_unsafe_view``), which is strict: a reshape that needs communication raises like
+a view. Under inference mode they arrive whole. ``aten.reshape`` has its own (non-strict)
+strategy; for the others torch 2.13 propagates their decomposition one mesh dim at a time
+(``DecompShardingStrategy``) and combines the answers, which is wrong for views on multi-dim
+meshes (``flatten`` of a tensor sharded on two mesh dims gives wrong data; ``unflatten`` and
+``broadcast_to`` fail on global sizes). While installed, those whose arguments are dims or
+counts (flatten, ravel, movedim, tile, atleast_*d) get a ``ViewStrategy`` with their own rule,
+and the others a ``Decompose`` strategy, which makes DTensor decompose the op for real so that
+the view ops inside it go through the strategies above.
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch._ops import OpOverload
+from torch.distributed.tensor import DTensor
+from torch.distributed.tensor._dtensor_spec import DTensorSpec
+from torch.distributed.tensor._op_schema import OpSchema, OpSpec, OpStrategy
+from torch.distributed.tensor._ops import _view_ops
+from torch.distributed.tensor._ops.utils import generate_redistribute_costs
+from torch.distributed.tensor.placement_types import Partial, Placement, Replicate
+
+from . import rules
+from .engine import propagate_shape_and_sharding
+from .rules import UndecidableRule
+
+__all__ = [
+    "Decompose",
+    "ViewOp",
+    "ViewStrategy",
+    "composite_view_ops",
+    "enabled",
+    "install",
+    "is_installed",
+    "torch_view_ops",
+    "uninstall",
+]
+
+RuleBuilder = Callable[..., rules.Rule]
+
+
+def _one_shape(sizes: tuple[Any, ...]) -> Any:
+    # aten passes a shape as one list; Tensor.view-style callers may pass sizes unpacked.
+    return sizes[0] if len(sizes) == 1 else sizes
+
+
+# cute_shard's builder for each local op torch keys its ``dim_maps`` by. The first argument is
+# the input's OpStrategy (it has ``shape`` and ``ndim``), the rest are the aten op's arguments.
+BUILDERS: dict[Callable[..., Any], RuleBuilder] = {
+    torch.Tensor.view: lambda x, *shape: rules.view_groups(x.shape, _one_shape(shape)),
+    torch.reshape: lambda x, shape: rules.view_groups(x.shape, shape),
+    torch.squeeze: lambda x, dim=None: rules.squeeze(x.shape, dim),
+    torch.unsqueeze: lambda x, dim: rules.unsqueeze(x.ndim, dim),
+    torch.Tensor.expand: lambda x, *size, implicit=False: rules.expand(x.shape, _one_shape(size)),
+    torch.permute: lambda x, dims: rules.permute(x.ndim, dims),
+    torch.Tensor.repeat: lambda x, *sizes: rules.repeat(x.ndim, _one_shape(sizes)),
+    torch.transpose: lambda x, dim0, dim1: rules.transpose(x.ndim, dim0, dim1),
+    torch.view_as_real: lambda x: rules.view_as_real(x.shape),
+    torch.view_as_complex: lambda x: rules.view_as_complex(x.shape),
+    torch.flatten: lambda x, start_dim=0, end_dim=-1: rules.flatten(x.ndim, start_dim, end_dim),
+    torch.ravel: lambda x: rules.ravel(x.ndim),
+    torch.movedim: lambda x, source, destination: rules.movedim(x.ndim, source, destination),
+    torch.tile: lambda x, dims: rules.tile(x.ndim, dims),
+    torch.atleast_1d: lambda x: rules.atleast_1d(x.ndim),
+    torch.atleast_2d: lambda x: rules.atleast_2d(x.ndim),
+    torch.atleast_3d: lambda x: rules.atleast_3d(x.ndim),
+}
+
+# Complex numbers have no order: a pending max/min of (real, imag) pairs is not a pending
+# max/min of complex values, so view_as_complex keeps only these Partials (as torch does).
+_COMPLEX_PARTIALS = ("sum", "avg")
+
+
+@dataclass(frozen=True, slots=True)
+class ViewOp:
+    """A view-op overload as torch registers it: its local op, torch's rule, strictness."""
+
+    overload: OpOverload
+    local_op: Callable[..., Any]
+    torch_dim_map: Callable[..., Any]
+    strict_view: bool
+
+    def __str__(self) -> str:
+        return f"{self.overload} ({'strict' if self.strict_view else 'may redistribute'})"
+
+
+@dataclass(frozen=True, slots=True)
+class ViewStrategy:
+    """The strategy function ``install()`` registers for ``op``: cute_shard's propagation."""
+
+    op: ViewOp
+
+    def __call__(self, op_schema: OpSchema) -> OpStrategy:
+        input_strategy = op_schema.args_schema[0]
+        if not isinstance(input_strategy, OpStrategy) or input_strategy.shape is None:
+            raise ValueError(
+                f"{self.op.overload}: expected the input's OpStrategy with a shape as the first "
+                f"argument, got {input_strategy!r}"
+            )
+        shape = tuple(input_strategy.shape)
+        rule = self.rule(op_schema)
+        complex_view = self.op.local_op is torch.view_as_complex
+        out = OpStrategy([])
+        for src in input_strategy.strategies:
+            spec = src.output_spec
+            mesh = spec.mesh  # the caller's own mesh object: never copied or constructed
+            placements = _allowed_partials(spec.placements) if complex_view else spec.placements
+            target, output = propagate_shape_and_sharding(
+                placements,
+                shape,
+                rule,
+                mesh.shape,
+                self.op.strict_view,
+                complex_view=complex_view,
+            )
+            target_spec = DTensorSpec(
+                mesh=mesh,
+                placements=tuple(target),
+                tensor_meta=spec.tensor_meta,
+                use_strided_shard_as_shard_order=False,
+            )
+            output_spec = DTensorSpec(
+                mesh=mesh, placements=tuple(output), use_strided_shard_as_shard_order=False
+            )
+            out.strategies.append(
+                OpSpec(
+                    output_specs=output_spec,
+                    input_specs=(target_spec,),
+                    redistribute_cost=[generate_redistribute_costs(input_strategy, target_spec)],
+                )
+            )
+        return out
+
+    def rule(self, op_schema: OpSchema) -> object:
+        """The op's DimMap rule: cute_shard's builder, or torch's where ours cannot decide."""
+        args, kwargs = op_schema.args_schema, op_schema.kwargs_schema
+        builder = BUILDERS.get(self.op.local_op)
+        if builder is not None:
+            try:
+                return builder(*args, **kwargs)
+            except UndecidableRule:
+                # A SymInt comparison that only a guard could settle. torch's builder may
+                # guard (backed sizes); the engine reads its DimSpecs directly.
+                pass
+        return self.op.torch_dim_map(*args, **kwargs)
+
+
+def _allowed_partials(placements: Sequence[Placement]) -> tuple[Placement, ...]:
+    return tuple(
+        Replicate() if isinstance(p, Partial) and p.reduce_op not in _COMPLEX_PARTIALS else p
+        for p in placements
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Decompose:
+    """The strategy ``install()`` registers for a CompositeImplicitAutograd view op.
+
+    DTensor answers NotImplementedError from a strategy of such an op by running its
+    decomposition on the DTensors themselves (``op.decompose``), so each view op inside it is
+    propagated by a ``ViewStrategy`` on the real mesh.
+    """
+
+    overload: OpOverload
+
+    def __call__(self, op_schema: OpSchema) -> OpStrategy:
+        raise NotImplementedError(
+            f"{self.overload} is decomposed into view ops that cute_shard propagates"
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Finding torch's view ops
+
+
+def torch_view_ops() -> tuple[ViewOp, ...]:
+    """Every view-op overload torch registers in ``_view_ops``, read from its registry.
+
+    While installed, the registry holds ours, so this returns the ops found at install time.
+    """
+    if _saved is not None:
+        return _saved.ops
+    return _find_view_ops()
+
+
+def _find_view_ops() -> tuple[ViewOp, ...]:
+    propagator = DTensor._op_dispatcher.sharding_propagator
+    by_dim_map = {id(fn): local for local, fn in _view_ops.dim_maps.items()}
+    by_name = {getattr(local, "__name__", None): local for local in _view_ops.dim_maps}
+    ops: list[ViewOp] = []
+    for overload, fn in propagator.op_strategy_funcs.items():
+        if getattr(fn, "__module__", None) != _view_ops.__name__:
+            continue
+        # register_op_strategy_map's closure holds torch's builder and strictness; reading
+        # them keeps the two in step with torch's own registration.
+        closure = inspect.getclosurevars(fn).nonlocals
+        dim_map = closure.get("dim_map")
+        if dim_map is None or id(dim_map) not in by_dim_map:
+            continue
+        ops.append(
+            ViewOp(overload, by_dim_map[id(dim_map)], dim_map, bool(closure.get("strict_view")))
+        )
+    for overload, info in propagator.op_single_dim_strategy_funcs.items():
+        if getattr(info.func, "__module__", None) != _view_ops.__name__:
+            continue
+        local = by_name.get(overload.overloadpacket.__name__)
+        if local is not None:
+            ops.append(ViewOp(overload, local, _view_ops.dim_maps[local], False))
+    return tuple(ops)
+
+
+# CompositeImplicitAutograd view ops whose arguments are dims or counts, never sizes: DTensor
+# can run them on the local shard as given, so they get a ViewStrategy (flatten and ravel may
+# copy, like reshape; the others never need communication). The rest (unflatten, broadcast_to,
+# the Sequence overloads) are decomposed. torch's dim_maps has no entry for unflatten.
+_SHAPE_FREE = ("flatten", "ravel", "movedim", "tile", "atleast_1d", "atleast_2d", "atleast_3d")
+_DECOMPOSE_EXTRA = ("unflatten",)
+
+
+def composite_view_ops() -> tuple[tuple[ViewOp, ...], tuple[OpOverload, ...]]:
+    """The CompositeImplicitAutograd overloads of the view-op families in torch's ``dim_maps``
+    (and unflatten) that have no strategy of their own; they reach DTensor only under
+    inference mode. Returns (those that get a ViewStrategy, those that get Decompose)."""
+    if _saved is not None:
+        return _saved.composite, _saved.decomposed
+    return _find_composite_view_ops()
+
+
+def _find_composite_view_ops() -> tuple[tuple[ViewOp, ...], tuple[OpOverload, ...]]:
+    propagator = DTensor._op_dispatcher.sharding_propagator
+    registered = (
+        propagator.op_strategy_funcs.keys()
+        | propagator.op_single_dim_strategy_funcs.keys()
+        | propagator.op_to_rules.keys()
+    )
+    by_name = {getattr(local, "__name__", ""): local for local in _view_ops.dim_maps}
+    viewed: list[ViewOp] = []
+    decomposed: list[OpOverload] = []
+    for name in sorted(by_name.keys() | set(_DECOMPOSE_EXTRA)):
+        packet = getattr(torch.ops.aten, name, None)
+        if packet is None:
+            continue
+        for overload_name in packet.overloads():
+            overload = getattr(packet, overload_name)
+            composite = torch._C._dispatch_has_kernel_for_dispatch_key(
+                overload.name(), torch._C.DispatchKey.CompositeImplicitAutograd
+            )
+            if not composite or overload in registered:
+                continue
+            returns = [str(r.type) for r in overload._schema.returns]
+            if name in _SHAPE_FREE and returns == ["Tensor"]:
+                local = by_name[name]
+                viewed.append(ViewOp(overload, local, _view_ops.dim_maps[local], False))
+            else:
+                decomposed.append(overload)
+    return tuple(viewed), tuple(decomposed)
+
+
+# --------------------------------------------------------------------------------------------
+# install / uninstall
+
+
+@dataclass(frozen=True, slots=True)
+class _Saved:
+    """What ``install()`` replaced, per overload (None: there was no entry)."""
+
+    ops: tuple[ViewOp, ...]
+    composite: tuple[ViewOp, ...]
+    decomposed: tuple[OpOverload, ...]
+    strategy_funcs: dict[OpOverload, Callable[..., Any] | None]
+    single_dim_funcs: dict[OpOverload, Any]
+
+
+# The propagator's registry is process-wide, so this is too. The lock makes install and
+# uninstall atomic against each other.
+_saved: _Saved | None = None
+_lock = threading.Lock()
+
+
+def is_installed() -> bool:
+    """True while cute_shard propagates DTensor's view ops."""
+    return _saved is not None
+
+
+def install() -> None:
+    """Make DTensor propagate every view op with cute_shard. Idempotent."""
+    global _saved
+    with _lock:
+        if _saved is not None:
+            return
+        propagator = DTensor._op_dispatcher.sharding_propagator
+        ops = _find_view_ops()
+        composite, decomposed = _find_composite_view_ops()
+        replaced = [v.overload for v in ops + composite] + list(decomposed)
+        saved = _Saved(
+            ops=ops,
+            composite=composite,
+            decomposed=decomposed,
+            strategy_funcs={op: propagator.op_strategy_funcs.get(op) for op in replaced},
+            single_dim_funcs={
+                op: propagator.op_single_dim_strategy_funcs.get(op) for op in replaced
+            },
+        )
+        for v in ops + composite:
+            # A single-mesh-dim strategy takes precedence over op_strategy_funcs: drop it.
+            propagator.op_single_dim_strategy_funcs.pop(v.overload, None)
+            propagator.op_strategy_funcs[v.overload] = ViewStrategy(v)
+        for op in decomposed:
+            propagator.op_strategy_funcs[op] = Decompose(op)
+        _saved = saved
+        clear_dtensor_caches()
+
+
+def uninstall() -> None:
+    """Give DTensor back torch's own view-op strategies (the same objects). Idempotent."""
+    global _saved
+    with _lock:
+        if _saved is None:
+            return
+        propagator = DTensor._op_dispatcher.sharding_propagator
+        _restore(propagator.op_strategy_funcs, _saved.strategy_funcs)
+        _restore(propagator.op_single_dim_strategy_funcs, _saved.single_dim_funcs)
+        _saved = None
+        clear_dtensor_caches()
+
+
+def _restore(registry: dict[OpOverload, Any], saved: dict[OpOverload, Any]) -> None:
+    for overload, original in saved.items():
+        if original is None:
+            registry.pop(overload, None)
+        else:
+            registry[overload] = original
+
+
+@contextmanager
+def enabled() -> Iterator[None]:
+    """``with cute_shard.enabled(): ...`` installs for the block, then restores the state
+    before it (reentrant: an inner block leaves an outer one installed)."""
+    was_installed = is_installed()
+    install()
+    try:
+        yield
+    finally:
+        if not was_installed:
+            uninstall()
+
+
+def clear_dtensor_caches() -> None:
+    """Empty DTensor's sharding-propagation caches: the Python LRU cache and the C++
+    fast-path cache (the latter is per thread; this clears the calling thread's)."""
+    propagator = DTensor._op_dispatcher.sharding_propagator
+    propagator.propagate_op_sharding.cache.cache_clear()
+    torch._C._clear_DTensor_sharding_propagator_cache()

@@ -1,0 +1,483 @@
+"""install()/uninstall()/enabled(): what they replace, what they restore, and what DTensor sees.
+
+All in this process, on a fake process group (placements, specs, caches and errors need no
+real communication; data on real ranks is in ``test_multirank.py``).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
+from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
+from torch.distributed.tensor._op_schema import OpSchema, OpSpec, OpStrategy
+from torch.distributed.tensor.debug import _get_fast_path_sharding_prop_cache_stats
+from torch.distributed.tensor.placement_types import _StridedShard
+
+import cute_shard
+from cute_shard import RedistributionRequired, integration
+
+from .conftest import fake_world
+from .multirank_cases import OPS
+
+aten = torch.ops.aten
+Rep = Replicate()
+
+# The view-op overloads torch 2.13 registers in _view_ops (the integration finds them itself;
+# this list catches a torch upgrade that adds or drops one).
+TORCH_VIEW_OPS = {
+    aten.view.default: True,
+    aten.reshape.default: False,
+    aten._unsafe_view.default: True,
+    aten.view_copy.default: False,
+    aten.squeeze.default: True,
+    aten.squeeze.dim: True,
+    aten.squeeze.dims: True,
+    aten.squeeze_.default: True,
+    aten.squeeze_.dim: True,
+    aten.squeeze_.dims: True,
+    aten.unsqueeze.default: False,
+    aten.expand.default: False,
+    aten.expand_copy.default: False,
+    aten.permute.default: False,
+    aten.repeat.default: False,
+    aten.transpose.int: False,
+    aten.view_as_real.default: False,
+    aten.view_as_complex.default: False,
+}
+
+
+# CompositeImplicitAutograd view ops: they reach DTensor only under inference mode. Those whose
+# arguments are dims or counts get a ViewStrategy, the others are decomposed.
+COMPOSITE_VIEW_OPS = {
+    aten.atleast_1d.default,
+    aten.atleast_2d.default,
+    aten.atleast_3d.default,
+    aten.flatten.using_ints,
+    aten.movedim.int,
+    aten.movedim.intlist,
+    aten.ravel.default,
+    aten.tile.default,
+}
+DECOMPOSED_OPS = {
+    aten.atleast_1d.Sequence,
+    aten.atleast_2d.Sequence,
+    aten.atleast_3d.Sequence,
+    aten.broadcast_to.default,
+    aten.unflatten.int,
+}
+
+
+def propagator() -> Any:
+    return DTensor._op_dispatcher.sharding_propagator
+
+
+def dtensor(
+    shape: tuple[int, ...], mesh: DeviceMesh, placements: tuple[Any, ...], dtype: Any = None
+) -> DTensor:
+    from cute_shard import oracle
+
+    n = int(torch.Size(shape).numel())
+    g = torch.arange(float(n)).reshape(shape).to(dtype or torch.float32)
+    local = oracle.local_shard(g, placements, tuple(mesh.shape), mesh.get_coordinate())
+    stride = tuple(int(torch.Size(shape[d + 1 :]).numel()) for d in range(len(shape)))
+    return DTensor.from_local(
+        local, mesh, placements, run_check=False, shape=torch.Size(shape), stride=stride
+    )
+
+
+@pytest.fixture
+def mesh24(world8: None) -> Iterator[DeviceMesh]:
+    yield init_device_mesh("cpu", (2, 4))
+
+
+# --------------------------------------------------------------------------------------------
+# What install() replaces and uninstall() restores
+
+
+def test_finds_every_view_op_torch_registers() -> None:
+    found = {v.overload: v.strict_view for v in integration.torch_view_ops()}
+    assert found == TORCH_VIEW_OPS
+
+
+def test_install_replaces_exactly_the_view_ops_and_uninstall_restores_the_same_objects() -> None:
+    p = propagator()
+    before = dict(p.op_strategy_funcs)
+    before_single = dict(p.op_single_dim_strategy_funcs)
+    before_info = dict(p.op_to_schema_info)
+    cute_shard.install()
+    for op in TORCH_VIEW_OPS:
+        strategy = p.op_strategy_funcs[op]
+        assert isinstance(strategy, integration.ViewStrategy) and strategy.op.overload is op
+        assert op not in p.op_single_dim_strategy_funcs
+    viewed, decomposed = integration.composite_view_ops()
+    assert {v.overload for v in viewed} == COMPOSITE_VIEW_OPS
+    assert set(decomposed) == DECOMPOSED_OPS
+    for op in COMPOSITE_VIEW_OPS:
+        assert isinstance(p.op_strategy_funcs[op], integration.ViewStrategy)
+    for op in DECOMPOSED_OPS:
+        assert isinstance(p.op_strategy_funcs[op], integration.Decompose)
+    composite = COMPOSITE_VIEW_OPS | DECOMPOSED_OPS
+    replaced = set(TORCH_VIEW_OPS) | composite
+    others = {op: f for op, f in p.op_strategy_funcs.items() if op not in replaced}
+    assert others == {op: f for op, f in before.items() if op not in replaced}
+    assert all(others[op] is before[op] for op in others)
+    assert p.op_to_schema_info == before_info
+    cute_shard.uninstall()
+    assert p.op_strategy_funcs == before
+    assert all(p.op_strategy_funcs[op] is before[op] for op in before)
+    assert p.op_single_dim_strategy_funcs == before_single
+    assert aten.view_as_complex.default not in p.op_strategy_funcs
+    assert not composite & p.op_strategy_funcs.keys()
+    assert p.op_to_schema_info == before_info
+
+
+def test_install_and_uninstall_are_idempotent() -> None:
+    p = propagator()
+    original = p.op_strategy_funcs[aten.view.default]
+    cute_shard.install()
+    ours = p.op_strategy_funcs[aten.view.default]
+    cute_shard.install()
+    assert p.op_strategy_funcs[aten.view.default] is ours
+    assert integration.torch_view_ops() == tuple(
+        p.op_strategy_funcs[v.overload].op for v in integration.torch_view_ops()
+    )
+    cute_shard.uninstall()
+    cute_shard.uninstall()
+    assert p.op_strategy_funcs[aten.view.default] is original
+    assert not integration.is_installed()
+
+
+def test_enabled_is_reentrant_and_restores_the_previous_state() -> None:
+    cute_shard.uninstall()
+    with cute_shard.enabled():
+        assert integration.is_installed()
+        with cute_shard.enabled():
+            assert integration.is_installed()
+        assert integration.is_installed()
+    assert not integration.is_installed()
+    cute_shard.install()
+    with cute_shard.enabled():
+        pass
+    assert integration.is_installed()
+    with pytest.raises(ZeroDivisionError), cute_shard.enabled():
+        raise ZeroDivisionError
+    assert integration.is_installed()
+
+
+def test_every_overload_is_reached_by_the_ops_the_tests_run(mesh24: DeviceMesh) -> None:
+    """The multi-rank suite's ops, between them, go through every replaced strategy."""
+    reached: set[Any] = set()
+    real_call = integration.ViewStrategy.__call__
+
+    def spy(self: integration.ViewStrategy, schema: OpSchema) -> OpStrategy:
+        reached.add(self.op.overload)
+        return real_call(self, schema)
+
+    args: dict[str, tuple[tuple[int, ...], tuple[Any, ...]]] = {
+        "view": ((8, 6), ((48,),)),
+        "reshape": ((8, 6), ((48,),)),
+        "reshape_inference": ((8, 6), ((48,),)),
+        "_unsafe_view": ((8, 6), ((48,),)),
+        "view_copy": ((8, 6), ((48,),)),
+        "squeeze": ((8, 1, 6), ()),
+        "squeeze_dim": ((8, 1, 6), (1,)),
+        "squeeze_dims": ((8, 1, 6), ((1,),)),
+        "squeeze_": ((8, 1, 6), (1,)),
+        "squeeze__all": ((8, 1, 6), ()),
+        "squeeze__dims": ((8, 1, 6), ((1,),)),
+        "unsqueeze": ((8, 6), (0,)),
+        "expand": ((8, 1), ((8, 6),)),
+        "expand_copy": ((8, 1), ((8, 6),)),
+        "permute": ((8, 6), ((1, 0),)),
+        "repeat": ((8, 6), ((1, 2),)),
+        "transpose": ((8, 6), (0, 1)),
+        "view_as_real": ((8, 6), ()),
+        "view_as_complex": ((8, 6, 2), ()),
+        "flatten": ((8, 6, 2), (0, 1)),
+        "unflatten": ((8, 6), (0, (2, 4))),
+        "movedim": ((8, 6), (0, 1)),
+        "t": ((8, 6), ()),
+        "ravel": ((8, 6), ()),
+        "broadcast_to": ((1, 6), ((8, 6),)),
+        "tile": ((8, 6), ((2, 1),)),
+        "atleast_2d": ((8,), ()),
+        "atleast_3d": ((8, 6), ()),
+        "flatten_inference": ((8, 6, 2), (0, 1)),
+        "unflatten_inference": ((8, 6), (0, (2, 4))),
+        "movedim_inference": ((8, 6), (0, 1)),
+        "ravel_inference": ((8, 6), ()),
+        "broadcast_to_inference": ((1, 6), ((8, 6),)),
+        "tile_inference": ((8, 6), ((2, 1),)),
+        "atleast_3d_inference": ((8, 6), ()),
+    }
+    assert set(args) == set(OPS)
+    cute_shard.install()
+    integration.ViewStrategy.__call__ = spy  # type: ignore[method-assign]
+    try:
+        for name, (shape, op_args) in args.items():
+            op = OPS[name]
+            dtype = torch.complex64 if op.complex_input else torch.float32
+            dt = dtensor(shape, mesh24, (Shard(0), Rep), dtype)
+            with torch.inference_mode() if op.inference else torch.enable_grad():
+                op.fn(dt, *op_args)
+    finally:
+        integration.ViewStrategy.__call__ = real_call  # type: ignore[method-assign]
+    assert reached == set(TORCH_VIEW_OPS) | (
+        COMPOSITE_VIEW_OPS
+        - {aten.atleast_1d.default, aten.atleast_2d.default, aten.movedim.intlist}
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Caches
+
+
+@pytest.fixture
+def mesh23() -> Iterator[DeviceMesh]:
+    with fake_world(6):
+        yield init_device_mesh("cpu", (2, 3))
+
+
+def test_switching_propagators_clears_dtensor_caches(mesh23: DeviceMesh) -> None:
+    """(24,) -> (2, 12) on a 2x3 mesh with [S(0), S(0)]: torch refuses, cute_shard keeps it
+    sharded. Whatever answer surfaces right after a switch shows that no cached one was used."""
+    cute_shard.uninstall()
+    dt = dtensor((24,), mesh23, (Shard(0), Shard(0)))
+    with pytest.raises(RuntimeError):
+        dt.view(2, 12)
+    dt.view(24)  # fill the caches with torch answers
+    assert propagator().propagate_op_sharding.cache_info().currsize + sum(
+        _get_fast_path_sharding_prop_cache_stats()
+    )
+    cute_shard.install()
+    assert propagator().propagate_op_sharding.cache_info().currsize == 0
+    assert dt.view(2, 12).placements == (Shard(0), Shard(1))
+    cute_shard.uninstall()
+    assert propagator().propagate_op_sharding.cache_info().currsize == 0
+    with pytest.raises(RuntimeError):
+        dt.view(2, 12)
+
+
+def test_equal_inputs_give_equal_hash_equal_specs_and_the_cache_hits(mesh24: DeviceMesh) -> None:
+    cute_shard.install()
+    dt = dtensor((8, 16, 32), mesh24, (Shard(0), Shard(1)))
+    hits, misses = _get_fast_path_sharding_prop_cache_stats()
+    a = dt.view(128, 32)
+    hits_a, misses_a = _get_fast_path_sharding_prop_cache_stats()
+    b = dtensor((8, 16, 32), mesh24, (Shard(0), Shard(1))).view(128, 32)
+    hits_b, misses_b = _get_fast_path_sharding_prop_cache_stats()
+    assert (misses_a - misses, hits_a - hits) == (1, 0)
+    assert (misses_b - misses_a, hits_b - hits_a) == (0, 1)  # the repeat is a cache hit
+    assert a._spec == b._spec and hash(a._spec) == hash(b._spec)
+    assert a.placements == (Shard(0), _StridedShard(0, split_factor=4))
+
+
+def _schema(op: Any, spec: DTensorSpec, *args: Any) -> OpSchema:
+    return OpSchema(op, (OpStrategy([OpSpec(spec)]), *args), {})
+
+
+def _spec(mesh: DeviceMesh, placements: tuple[Any, ...], shape: tuple[int, ...]) -> DTensorSpec:
+    stride = tuple(int(torch.Size(shape[d + 1 :]).numel()) for d in range(len(shape)))
+    meta = TensorMeta(torch.Size(shape), stride, torch.float32)
+    return DTensorSpec(mesh, placements, tensor_meta=meta)
+
+
+def test_strategy_outputs_are_canonical_and_hash_equal(mesh24: DeviceMesh) -> None:
+    strategy = integration.ViewStrategy(
+        next(v for v in integration.torch_view_ops() if v.overload is aten.view.default)
+    )
+    # A _StridedShard with split factor 1 is a Shard: the same input either way.
+    for placements in ((Shard(0), Shard(1)), (_StridedShard(0, split_factor=1), Shard(1))):
+        first = strategy(
+            _schema(aten.view.default, _spec(mesh24, placements, (8, 16, 32)), [128, 32])
+        )
+        again = strategy(
+            _schema(aten.view.default, _spec(mesh24, placements, (8, 16, 32)), [128, 32])
+        )
+        out_a, out_b = first.strategies[0].output_spec, again.strategies[0].output_spec
+        assert out_a == out_b and hash(out_a) == hash(out_b)
+        assert out_a.placements == (Shard(0), _StridedShard(0, split_factor=4))
+        assert not any(
+            isinstance(p, _StridedShard) and p.split_factor == 1 for p in out_a.placements
+        )
+
+
+def test_strategy_output_has_torchs_format(mesh24: DeviceMesh) -> None:
+    """Where both propagators agree, the OpStrategy is the same object for object."""
+    spec = _spec(mesh24, (Shard(0), Rep), (8, 6))
+    schema = _schema(aten.view.default, spec, [48])
+    torch_strategy = propagator().op_strategy_funcs[aten.view.default]
+    ours = integration.ViewStrategy(
+        next(v for v in integration.torch_view_ops() if v.overload is aten.view.default)
+    )
+    theirs, mine = torch_strategy(schema), ours(schema)
+    assert len(theirs.strategies) == len(mine.strategies) == 1
+    t, m = theirs.strategies[0], mine.strategies[0]
+    assert m.output_spec == t.output_spec
+    assert m.output_spec.tensor_meta == t.output_spec.tensor_meta is None
+    assert m.input_specs == t.input_specs
+    assert m.input_specs[0].tensor_meta == spec.tensor_meta
+    assert m.redistribute_cost == t.redistribute_cost
+    assert m.output_spec.use_strided_shard_as_shard_order is False
+
+
+# --------------------------------------------------------------------------------------------
+# Mesh identity
+
+
+def test_outputs_stay_on_the_callers_mesh_object(mesh24: DeviceMesh) -> None:
+    cute_shard.install()
+    dt = dtensor((8, 16, 32), mesh24, (Shard(0), Shard(1)))
+    assert dt.view(128, 32).device_mesh is mesh24
+    assert dt.reshape(8, 512).device_mesh is mesh24
+    assert dt.permute(2, 0, 1).device_mesh is mesh24
+
+
+def test_strategy_keeps_mesh_identity_through_a_deepcopied_schema(
+    mesh24: DeviceMesh, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A caller may deep-copy the OpSchema with a memo that keeps the mesh; the strategy
+    then answers on that same mesh object, and never copies or constructs one itself."""
+    strategy = integration.ViewStrategy(
+        next(v for v in integration.torch_view_ops() if v.overload is aten.view.default)
+    )
+    schema = _schema(aten.view.default, _spec(mesh24, (Shard(0), Shard(1)), (8, 16, 32)), [128, 32])
+    copied = copy.deepcopy(schema, memo={id(mesh24): mesh24})
+
+    def refuse(*_: object, **__: object) -> None:
+        raise AssertionError("cute_shard constructed or copied a DeviceMesh")
+
+    monkeypatch.setattr(DeviceMesh, "__init__", refuse)
+    monkeypatch.setattr(DeviceMesh, "__getstate__", refuse)
+    monkeypatch.setattr(DeviceMesh, "__deepcopy__", refuse, raising=False)
+    result = strategy(copied)
+    spec = result.strategies[0]
+    assert spec.output_spec.mesh is mesh24
+    assert spec.input_specs[0].mesh is mesh24
+
+
+# --------------------------------------------------------------------------------------------
+# What a user sees
+
+
+def test_a_strict_view_that_needs_communication_names_the_dims(mesh24: DeviceMesh) -> None:
+    cute_shard.install()
+    dt = dtensor((8, 16, 32), mesh24, (Shard(0), Shard(1)))
+    with pytest.raises(RuntimeError) as info:
+        dt.view(16, 8, 32)
+    first_line = str(info.value).splitlines()[0]
+    assert first_line.startswith("view needs communication: tensor dim 1 is sharded on mesh dim 1")
+    assert "redistribute the input to [Shard(dim=0), Replicate()]" in first_line
+    cause = info.value.__cause__
+    assert isinstance(cause, RedistributionRequired)
+    assert [(b.tensor_dim, b.mesh_dim) for b in cause.blocked] == [(1, 1)]
+    assert dt.redistribute(mesh24, cause.suggestion).view(16, 8, 32).placements == (Shard(0), Rep)
+
+
+UNEVEN_RESHAPES = [
+    # (global shape, new shape, mesh, placements)
+    ((6, 256), (1536,), (8,), (Shard(0),)),
+    ((10, 12), (2, 5, 12), (8,), (Shard(0),)),
+    ((18,), (3, 1, 6), (2, 3), (Rep, _StridedShard(0, split_factor=2))),
+    ((12, 20), (20, 12), (2, 4), (Shard(0), _StridedShard(1, split_factor=2))),
+    ((5, 7), (35,), (2, 4), (Shard(0), Shard(1))),
+]
+
+
+@pytest.mark.parametrize(("shape", "new", "mesh_shape", "placements"), UNEVEN_RESHAPES)
+def test_reshape_never_fails_on_a_legal_shape(
+    world8: None,
+    shape: tuple[int, ...],
+    new: tuple[int, ...],
+    mesh_shape: tuple[int, ...],
+    placements: tuple[Any, ...],
+) -> None:
+    """aten.reshape redistributes what must move and succeeds, also where torch 2.13 raises
+    "Cannot unflatten/flatten unevenly sharded tensor". (Under inference mode DTensor sees
+    aten.reshape; see the next test for grad mode.)"""
+    mesh = init_device_mesh("cpu", mesh_shape)
+    dt = dtensor(shape, mesh, placements)
+    cute_shard.install()
+    with torch.inference_mode():
+        out = dt.reshape(new)
+    assert out.shape == torch.Size(new) and out.device_mesh is mesh
+
+
+@pytest.mark.parametrize(
+    ("shape", "new", "word"), [((6, 256), (1536,), "flatten"), ((10, 12), (2, 5, 12), "unflatten")]
+)
+def test_torch_refuses_uneven_reshapes_outside_inference_mode(
+    world8: None, shape: tuple[int, ...], new: tuple[int, ...], word: str
+) -> None:
+    """What torch 2.13 does with the same reshapes in grad mode (its strict view path)."""
+    mesh = init_device_mesh("cpu", (8,))
+    dt = dtensor(shape, mesh, (Shard(0),))
+    cute_shard.uninstall()
+    with pytest.raises(RuntimeError, match=f"Cannot {word} unevenly sharded tensor"):
+        dt.reshape(new)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="Tensor.reshape is CompositeImplicitAutograd: outside inference mode it reaches "
+    "DTensor as aten.view (strict), so a reshape that needs communication raises the strict "
+    "view error instead of redistributing. A strategy cannot tell it from a user's .view().",
+)
+def test_reshape_redistributes_outside_inference_mode(world8: None) -> None:
+    mesh = init_device_mesh("cpu", (8,))
+    dt = dtensor((6, 256), mesh, (Shard(0),))
+    cute_shard.install()
+    assert dt.reshape(1536).placements == (Rep,)
+
+
+def test_view_as_complex_reduces_pending_max_first(mesh24: DeviceMesh) -> None:
+    strategy = integration.ViewStrategy(
+        next(v for v in integration.torch_view_ops() if v.local_op is torch.view_as_complex)
+    )
+    for reduce_op, kept in (("max", False), ("sum", True), ("avg", True)):
+        spec = _spec(mesh24, (Partial(reduce_op), Shard(0)), (8, 6, 2))
+        out = strategy(_schema(aten.view_as_complex.default, spec)).strategies[0]
+        assert isinstance(out.input_specs[0].placements[0], Partial) is kept
+        assert out.output_spec.placements[1] == Shard(0)
+
+
+# --------------------------------------------------------------------------------------------
+# Inference mode: the CompositeImplicitAutograd view ops reach DTensor undecomposed
+
+COMPOSITE_CASES = {
+    "flatten": ((4, 4, 8), (Shard(0), Shard(1), Shard(2)), lambda t: t.flatten()),
+    "flatten(0, 1)": ((4, 4, 8), (Shard(0), Shard(1), Rep), lambda t: t.flatten(0, 1)),
+    "unflatten": ((16, 8), (Shard(0), Shard(0), Rep), lambda t: t.unflatten(0, (4, 4))),
+    "movedim": ((4, 4, 8), (Shard(0), Shard(1), Shard(2)), lambda t: t.movedim(0, -1)),
+    "ravel": ((4, 4, 8), (Shard(0), Shard(1), Rep), torch.ravel),
+    "broadcast_to": ((1, 8), (Rep, Shard(1), Rep), lambda t: torch.broadcast_to(t, (4, 8))),
+    "tile": ((4, 8), (Shard(0), Shard(1), Rep), lambda t: torch.tile(t, (1, 2))),
+    "atleast_3d": ((4, 8), (Shard(0), Shard(1), Rep), torch.atleast_3d),
+}
+
+
+def run_on_all_ranks(shape: tuple[int, ...], placements: tuple[Any, ...], fn: Any) -> bool:
+    """Run ``fn`` under inference mode on every rank of a simulated 2x2x2 mesh
+    (LocalTensorMode) and say whether ``full_tensor()`` equals plain torch everywhere."""
+    from torch.distributed._local_tensor import LocalTensorMode
+    from torch.distributed.tensor import distribute_tensor
+
+    g = torch.arange(float(torch.Size(shape).numel())).reshape(shape)
+    with LocalTensorMode(frozenset(range(8))), torch.inference_mode():
+        mesh = init_device_mesh("cpu", (2, 2, 2))
+        full = fn(distribute_tensor(g, mesh, list(placements), src_data_rank=None)).full_tensor()
+        per_rank = getattr(full, "_local_tensors", {0: full})
+        return all(torch.equal(t, fn(g)) for t in per_rank.values())
+
+
+@pytest.mark.parametrize("name", COMPOSITE_CASES)
+def test_composite_view_ops_under_inference_mode(world8: None, name: str) -> None:
+    shape, placements, fn = COMPOSITE_CASES[name]
+    cute_shard.install()
+    assert run_on_all_ranks(shape, placements, fn)

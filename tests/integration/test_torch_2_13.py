@@ -1,0 +1,177 @@
+"""What torch 2.13's DTensor does around view ops, pinned so the integration's workarounds stay
+honest: a strict xfail turns into a failure the day torch fixes the bug.
+
+These run torch's own propagator (cute_shard uninstalled) unless a test says otherwise. Ranks
+are simulated with LocalTensorMode on a fake process group, so every rank's data is checked.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
+from torch.distributed.tensor._dtensor_spec import DTensorSpec
+from torch.distributed.tensor.placement_types import _StridedShard
+
+import cute_shard
+from cute_shard import oracle
+
+from .conftest import fake_world
+from .test_install import run_on_all_ranks
+
+aten = torch.ops.aten
+Rep = Replicate()
+
+
+def SS(dim: int, sf: int) -> _StridedShard:
+    return _StridedShard(dim, split_factor=sf)
+
+
+def redistribute_all_ranks(
+    shape: tuple[int, ...],
+    mesh_shape: tuple[int, ...],
+    placements: tuple[Any, ...],
+    target: tuple[Any, ...],
+    shard_order_flag: bool | None = None,
+) -> bool:
+    """Distribute, redistribute to ``target``, and say whether every rank holds its shard."""
+    from torch.distributed._local_tensor import LocalTensorMode
+
+    g = torch.arange(float(torch.Size(shape).numel())).reshape(shape)
+    ranks = int(torch.Size(mesh_shape).numel())
+    with LocalTensorMode(frozenset(range(ranks))):
+        mesh = init_device_mesh("cpu", mesh_shape)
+        dt = distribute_tensor(g, mesh, list(placements), src_data_rank=None)
+        if shard_order_flag is not None:
+            spec = DTensorSpec(
+                mesh,
+                dt._spec.placements,
+                dt._spec.tensor_meta,
+                use_strided_shard_as_shard_order=shard_order_flag,
+            )
+            dt = DTensor(dt._local_tensor, spec, requires_grad=False)
+        try:
+            local = dt.redistribute(mesh, list(target))._local_tensor
+        except RuntimeError:
+            return False
+    per_rank = getattr(local, "_local_tensors", None) or dict.fromkeys(range(ranks), local)
+    for rank, coord in enumerate(oracle.mesh_coords(mesh_shape)):
+        want = oracle.local_shard(g, target, mesh_shape, coord)
+        if per_rank[rank].shape != want.shape or not torch.equal(per_rank[rank], want):
+            return False
+    return True
+
+
+def test_reshape_reaches_dtensor_as_view_outside_inference_mode() -> None:
+    seen: list[Any] = []
+    propagator = DTensor._op_dispatcher.sharding_propagator
+    real = propagator.propagate_op_sharding_non_cached
+
+    def spy(schema: Any) -> Any:
+        seen.append(schema.op)
+        return real(schema)
+
+    with fake_world(4):
+        cute_shard.uninstall()
+        mesh = init_device_mesh("cpu", (4,))
+        dt = DTensor.from_local(torch.ones(2, 8), mesh, [Shard(0)], run_check=False)
+        propagator.propagate_op_sharding_non_cached = spy
+        try:
+            dt.reshape(16, 4)
+            with torch.inference_mode():
+                dt.reshape(4, 16)
+        finally:
+            propagator.propagate_op_sharding_non_cached = real
+    assert seen == [aten.view.default, aten.reshape.default]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="torch 2.13 bug: under inference mode flatten reaches DTensor undecomposed and "
+    "DecompShardingStrategy combines single-mesh-dim answers: wrong data on a 2x2x2 mesh "
+    "(install() decomposes these ops for real; see test_install.py)",
+)
+def test_torch_flatten_under_inference_mode_on_a_3d_mesh() -> None:
+    with fake_world(8):
+        cute_shard.uninstall()
+        assert run_on_all_ranks((4, 4, 8), (Shard(0), Shard(1), Shard(2)), lambda t: t.flatten())
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="torch 2.13 bug: a _StridedShard followed by a Shard of the same tensor dim on a later "
+    "mesh dim cannot be redistributed (_maybe_unpad_tensor check fails; on real gloo ranks the "
+    "collective sizes mismatch and gloo aborts the process)",
+)
+def test_torch_redistributes_strided_then_shard_on_one_dim() -> None:
+    with fake_world(4):
+        assert redistribute_all_ranks((12, 3), (2, 2), (SS(0, 3), Shard(0)), (Rep, Rep))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="torch 2.13 bug: specs built from _StridedShard placements (from_local, "
+    "distribute_tensor) read them as a shard order, and view outputs inherit that reading; "
+    "where they cannot encode a shard order, redistribution gives wrong shards",
+)
+def test_torch_redistributes_strided_shards_read_as_a_shard_order() -> None:
+    with fake_world(4):
+        assert redistribute_all_ranks((4, 8), (2, 2), (SS(1, 2), SS(0, 2)), (Shard(0), Shard(1)))
+
+
+def test_the_same_shards_read_as_strided_shards_redistribute_right() -> None:
+    with fake_world(4):
+        assert redistribute_all_ranks(
+            (4, 8), (2, 2), (SS(1, 2), SS(0, 2)), (Shard(0), Shard(1)), shard_order_flag=False
+        )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="torch 2.13 bug: a pointwise op on a DTensor with a _StridedShard on a symbolic-size "
+    "dim fails under torch.compile (_StridedShard.local_shard_size_and_offset calls tolist() "
+    "on fake indices: a data-dependent error), with torch's propagator as with cute_shard",
+    raises=torch._dynamo.exc.TorchRuntimeError,
+)
+def test_torch_compiles_strided_shards_on_a_symbolic_dim() -> None:
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x.flatten(0, 1) + 1  # (8, B, 64) with B sharded -> _S(0, sf=8) on 8*B
+
+    with fake_world(8):
+        cute_shard.uninstall()
+        torch._dynamo.reset()
+        mesh = init_device_mesh("cpu", (2, 4))
+        compiled = torch.compile(f, backend=CompileCounterWithBackend("aot_eager"))
+        for batch in (8, 16):
+            local = torch.ones(8, batch // 4, 64)
+            x = DTensor.from_local(
+                local,
+                mesh,
+                [Rep, Shard(1)],
+                run_check=False,
+                shape=torch.Size((8, batch, 64)),
+                stride=(batch * 64, 64, 1),
+            )
+            torch._dynamo.mark_dynamic(x, 1)
+            compiled(x)
+        torch._dynamo.reset()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="torch 2.13 bug: an in-place squeeze_ on a DTensor squeezes the local tensor but "
+    "keeps the old global shape (with torch's propagator as with cute_shard)",
+)
+def test_torch_squeeze_inplace_updates_the_global_shape() -> None:
+    with fake_world(4):
+        mesh = init_device_mesh("cpu", (4,))
+        dt = DTensor.from_local(torch.ones(2, 6, 1), mesh, [Shard(0)], run_check=False)
+        out = dt.clone()
+        out.squeeze_(2)
+        assert out.to_local().shape == (2, 6)
+        assert out.shape == (8, 6)
