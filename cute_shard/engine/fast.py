@@ -40,8 +40,9 @@ from torch.distributed.tensor.placement_types import (
 )
 
 from ..rules import Broadcast, DimSpec, Flatten, InputDim, NewDim, Singleton, Split
+from .sizes import Size, is_static
 
-__all__ = ["fast_propagate", "placement"]
+__all__ = ["complex_pair_dim", "fast_propagate", "placement"]
 
 LOCAL = -1
 _CACHE_LIMIT = 4096
@@ -80,7 +81,11 @@ def fast_propagate(
     dims = _shard_dims(placements, ndim, mesh)
     if dims is None:
         return None
-    if complex_view is not False and (ndim - 1) in dims and _maybe_complex(rule, shape):
+    if (
+        complex_view is not False
+        and (ndim - 1) in dims
+        and complex_pair_dim(rule, shape) is not None
+    ):
         return None
     out: list[Placement] = list(placements)
     used = 0
@@ -329,12 +334,18 @@ def _read(s: list[int], t: list[int], start: int, end: int, o: int, out: list[Pl
         before.append((m, s[j]))
 
 
-def _maybe_complex(rule: tuple[DimSpec, ...], shape: tuple[int, ...]) -> bool:
-    """Whether ``rule`` may be view_as_complex's (a flatten of a trailing size-2 dim)."""
-    last = rule[-1] if rule else None
-    return (
-        shape[-1] == 2
-        and type(last) is Flatten
-        and len(rule) == len(shape) - 1
-        and tuple(x.input_dim for x in last.input_dims) == (len(shape) - 2, len(shape) - 1)
-    )
+def complex_pair_dim(rule: tuple[DimSpec, ...], shape: tuple[Size, ...]) -> int | None:
+    """The input dim holding (real, imag) pairs if ``rule`` may be view_as_complex's:
+    ``(d0, .., d(n-3), flat(d(n-2), d(n-1)))`` with a last dim of size 2."""
+    n = len(shape)
+    if n < 2 or len(rule) != n - 1 or not (is_static(shape[-1]) and shape[-1] == 2):
+        return None
+    last = rule[-1]
+    if not isinstance(last, Flatten) or tuple(d.input_dim for d in last.input_dims) != (
+        n - 2,
+        n - 1,
+    ):
+        return None
+    if any(rule[i] != InputDim(i) for i in range(n - 2)):
+        return None
+    return n - 1

@@ -28,7 +28,7 @@ from torch.distributed.tensor.placement_types import Partial, Placement
 from ..rules import Broadcast, DimSpec, Flatten, InputDim, Repeat
 from .compose import _rule_groups_cached, compose_view, rule_groups
 from .errors import Blocked, RedistributionRequired
-from .fast import fast_propagate
+from .fast import complex_pair_dim, fast_propagate
 from .sharded import (
     MeshPlacement,
     layout_to_placements,
@@ -201,7 +201,7 @@ def _propagate(
     complex_view: bool | None,
 ) -> Answer:
     check_rule(rule, shape)
-    pairs = _complex_pair_dim(rule, shape) if complex_view is not False else None
+    pairs = complex_pair_dim(rule, shape) if complex_view is not False else None
     carried = _carried(norm, shape, rule, pairs)
     if all(not isinstance(p, tuple) or m in carried for m, p in enumerate(norm)):
         return norm, _with_carried(norm, carried), ()
@@ -281,23 +281,6 @@ def _with_carried(
     result: tuple[MeshPlacement, ...], carried: dict[int, MeshPlacement]
 ) -> tuple[MeshPlacement, ...]:
     return tuple(carried.get(m, r) for m, r in enumerate(result))
-
-
-def _complex_pair_dim(rule: tuple[DimSpec, ...], shape: tuple[Size, ...]) -> int | None:
-    """The input dim holding (real, imag) pairs if ``rule`` may be view_as_complex's:
-    ``(d0, .., d(n-3), flat(d(n-2), d(n-1)))`` with a last dim of size 2."""
-    n = len(shape)
-    if n < 2 or len(rule) != n - 1 or not (is_static(shape[-1]) and shape[-1] == 2):
-        return None
-    last = rule[-1]
-    if not isinstance(last, Flatten) or tuple(d.input_dim for d in last.input_dims) != (
-        n - 2,
-        n - 1,
-    ):
-        return None
-    if any(rule[i] != InputDim(i) for i in range(n - 2)):
-        return None
-    return n - 1
 
 
 Failures = dict[int, tuple[int, str]]
@@ -381,9 +364,10 @@ def _least_to_move(
         key=cost,
     )
     cv = None if pairs is not None else False
+    static = all(is_static(n) for n in shape)
     for subset in subsets:
         target = tuple(None if m in subset else p for m, p in enumerate(norm))
-        if all(is_static(n) for n in shape):  # the hot path answers most retries
+        if static:  # the hot path answers most retries
             fast = fast_propagate([to_torch_placement(p) for p in target], shape, rule, mesh, cv)
             if fast is not None:
                 out = normalize_placements(fast, len(rule), mesh)
@@ -425,7 +409,7 @@ def _fallback(
         return _uneven(norm, shape, rule, mesh, complex_view)
     hints = _hints(shape)
     if hints is None:  # unbacked sizes: nothing to evaluate at
-        return _trace_whole_dims(norm, rule)
+        return _replicate_all(norm)
     return _symbolic(norm, shape, hints, rule, mesh, complex_view)
 
 
@@ -531,30 +515,13 @@ def _symbolic_groups(shape: tuple[Size, ...], rule: tuple[DimSpec, ...]) -> set[
     return out
 
 
-def _trace_whole_dims(norm: tuple[MeshPlacement, ...], rule: tuple[DimSpec, ...]) -> Answer:
-    """Rule tracing for symbolic shapes a layout cannot express (e.g. unbacked sizes).
-
-    A dim that the rule carries whole (``InputDim(d)`` at output o) keeps every placement on
-    it, even unevenly: the local op moves the dim and chunks nothing. That is all this can
-    prove without sizes; every other sharded mesh dim is replicated.
-    """
-    carried = {spec.input_dim: o for o, spec in enumerate(rule) if isinstance(spec, InputDim)}
-    target: list[MeshPlacement] = []
-    out: list[MeshPlacement] = []
-    blocked: list[Blocked] = []
-    for m, p in enumerate(norm):
-        if isinstance(p, tuple) and p[0] not in carried:
-            target.append(None)
-            out.append(None)
-            blocked.append(
-                Blocked(
-                    m,
-                    p[0],
-                    "the view reshapes it and its shard sizes cannot be proven to divide "
-                    "evenly (symbolic sizes)",
-                )
-            )
-        else:
-            target.append(p)
-            out.append((carried[p[0]], p[1]) if isinstance(p, tuple) else p)
-    return tuple(target), tuple(out), tuple(blocked)
+def _replicate_all(norm: tuple[MeshPlacement, ...]) -> Answer:
+    """Unbacked sizes: nothing can be evaluated, so every sharded mesh dim moves. (Those on dims
+    the rule carries whole are put back by ``_propagate``, which proves them without sizes.)"""
+    target = tuple(None if isinstance(p, tuple) else p for p in norm)
+    why = (
+        "the view reshapes it and its shard sizes cannot be proven to divide evenly "
+        "(unbacked sizes)"
+    )
+    blocked = tuple(Blocked(m, p[0], why) for m, p in enumerate(norm) if isinstance(p, tuple))
+    return target, target, blocked
