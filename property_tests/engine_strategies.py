@@ -76,6 +76,7 @@ __all__ = [
     "Outcome",
     "cases",
     "engine",
+    "even_view_cases",
     "oracle_ok",
     "run_engine",
     "run_torch",
@@ -627,6 +628,51 @@ def view_cases() -> st.SearchStrategy[Case]:
     """Only view/reshape ops and no Partial: the hard part (flatten, unflatten, factorisations of
     sharded dims), drawn more often than in :func:`cases`."""
     return cases(allow_partial=False, ops=_views)
+
+
+EVEN_SIZES = (2, 3, 4, 6, 8, 12, 16, 24)
+
+
+@st.composite
+def even_placements(
+    draw: st.DrawFn, shape: tuple[int, ...], mesh: tuple[int, ...]
+) -> tuple[Placement, ...]:
+    """Shards the sizes divide, as models use them: mesh dims apply left to right, so each
+    one divides what the mesh dims before it left of its tensor dim."""
+    local = list(shape)
+    out: list[Placement] = []
+    for m in mesh:
+        fits = [d for d, n in enumerate(local) if n % m == 0]
+        if not fits or draw(st.integers(0, 5)) == 0:
+            out.append(Replicate())
+            continue
+        d = draw(st.sampled_from(fits))
+        factors = [f for f in _divisors(local[d] // m) if f > 1]
+        if factors and draw(st.integers(0, 2)) == 0:
+            out.append(_StridedShard(d, split_factor=draw(st.sampled_from(factors))))
+        else:
+            out.append(Shard(d))
+        local[d] //= m
+    return tuple(out)
+
+
+@st.composite
+def even_view_cases(draw: st.DrawFn) -> Case:
+    """Views of evenly sharded tensors: most are zero-communication, and those that are not
+    need some mesh dims to move (the hot path's search for what moves)."""
+    n = draw(st.integers(1, 4))
+    shape: list[int] = []
+    for _ in range(n):
+        size = draw(st.sampled_from(EVEN_SIZES))
+        if math.prod(shape) * size > MAX_NUMEL:
+            break
+        shape.append(size)
+    shape_t = tuple(shape)
+    tgt, how = draw(view_target(shape_t))
+    mesh = draw(st.sampled_from(MESHES))
+    placements = draw(even_placements(shape_t, mesh))
+    rule = R.view_groups(shape_t, tgt)
+    return Case(shape_t, "view", (tgt,), rule, mesh, placements, f"view:{how}")
 
 
 # --------------------------------------------------------------------------- seeded batches

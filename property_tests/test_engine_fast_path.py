@@ -11,9 +11,9 @@ from __future__ import annotations
 from hypothesis import event, given
 
 from cute_shard.engine import propagate as P
-from cute_shard.engine.fast import fast_propagate
+from cute_shard.engine.fast import fast_answer, fast_propagate
 from cute_shard.engine.sharded import normalize_placements, to_torch_placement
-from property_tests.engine_strategies import ENGINE, Case, cases, view_cases
+from property_tests.engine_strategies import ENGINE, Case, cases, even_view_cases, view_cases
 
 
 def _general(case: Case, complex_view: bool | None) -> tuple[object, object]:
@@ -32,6 +32,13 @@ def _check(case: Case) -> None:
         if fast is None:
             continue
         assert _general(case, complex_view) == (case.placements, fast), str(case)
+    for complex_view in (None, False, True):
+        answer = fast_answer(case.placements, case.shape, case.rule, case.mesh, complex_view)
+        moved = answer is not None and answer[0] != case.placements
+        event(f"hot path answered with communication: {moved}")
+        if answer is None:
+            continue
+        assert _general(case, complex_view) == answer, str(case)
 
 
 @ENGINE
@@ -43,4 +50,10 @@ def test_fast_path_equals_general_engine(case: Case) -> None:
 @ENGINE
 @given(view_cases())
 def test_fast_path_equals_general_engine_on_views(case: Case) -> None:
+    _check(case)
+
+
+@ENGINE
+@given(even_view_cases())
+def test_fast_path_equals_general_engine_on_even_views(case: Case) -> None:
     _check(case)

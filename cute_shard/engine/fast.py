@@ -29,6 +29,7 @@ agree on every case this path answers.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 from torch.distributed.tensor.placement_types import (
@@ -42,7 +43,7 @@ from torch.distributed.tensor.placement_types import (
 from ..rules import Broadcast, DimSpec, Flatten, InputDim, NewDim, Singleton, Split
 from .sizes import Size, is_static
 
-__all__ = ["complex_pair_dim", "fast_propagate", "placement"]
+__all__ = ["OPTIONAL", "complex_pair_dim", "failures", "fast_answer", "fast_propagate", "placement"]
 
 LOCAL = -1
 _CACHE_LIMIT = 4096
@@ -349,3 +350,309 @@ def complex_pair_dim(rule: tuple[DimSpec, ...], shape: tuple[Size, ...]) -> int 
     if any(rule[i] != InputDim(i) for i in range(n - 2)):
         return None
     return n - 1
+
+
+# --------------------------------------------------------------------------------------------
+# Views that need communication: which mesh dims move
+
+
+def fast_answer(
+    placements: Sequence[Placement],
+    shape: tuple[int, ...],
+    rule: tuple[DimSpec, ...],
+    mesh: tuple[int, ...],
+    complex_view: bool | None,
+) -> tuple[tuple[Placement, ...], tuple[Placement, ...]] | None:
+    """``(input target, output)`` exactly as the general engine gives it, or None for the
+    general engine.
+
+    A zero-communication view is :func:`fast_propagate`'s. Otherwise this walks the general
+    engine's search for what moves (``propagate._least_to_move``): the subsets of the sharded
+    mesh dims in its order (those that cover the directly failing mesh dims first, then the
+    fewest others, then the smallest), each tried on the hot path. A subset the hot path
+    cannot answer ends the walk (None) unless :func:`failures` shows that the general engine
+    fails on it too.
+    """
+    out = fast_propagate(placements, shape, rule, mesh, complex_view)
+    if out is not None:
+        return tuple(placements), out
+    found = failures(placements, shape, rule, mesh, complex_view)
+    if not found:
+        return None
+    direct = found & ~OPTIONAL
+    sharded = [m for m, p in enumerate(placements) if type(p) is Shard or type(p) is _StridedShard]
+
+    def cost(subset: tuple[int, ...]) -> tuple[bool, int, int, tuple[int, ...]]:
+        mask = 0
+        size = 1
+        for m in subset:
+            mask |= 1 << m
+            size *= mesh[m]
+        return (direct & ~mask != 0, _bits(mask & ~direct), size, subset)
+
+    subsets = sorted(
+        (c for r in range(1, len(sharded) + 1) for c in itertools.combinations(sharded, r)),
+        key=cost,
+    )
+    for subset in subsets:
+        target = list(placements)
+        for m in subset:
+            target[m] = _REPLICATE
+        out = fast_propagate(target, shape, rule, mesh, False)
+        if out is not None:
+            return tuple(target), out
+        if not failures(target, shape, rule, mesh, False):
+            return None  # the general engine may succeed where the hot path gives up
+    return None
+
+
+def _bits(mask: int) -> int:
+    return bin(mask).count("1")
+
+
+_REPLICATE = Replicate()
+
+# A sub-mode as the general engine holds it: (size, mesh dim or LOCAL, part), fastest first.
+_Leaf = tuple[int, int, int]
+
+
+# In a failure mask: some group's local sub-modes are cut (an "optional" failure).
+OPTIONAL = 1 << 62
+
+
+def failures(
+    placements: Sequence[Placement],
+    shape: tuple[int, ...],
+    rule: tuple[DimSpec, ...],
+    mesh: tuple[int, ...],
+    complex_view: bool | None,
+) -> int:
+    """What the general engine's first attempt (``propagate._attempt``) finds failing for
+    this view, as a bit mask: bit m for a mesh dim that fails directly, :data:`OPTIONAL` if
+    a group's local sub-modes are cut. 0 when nothing fails or this path does not cover the
+    case.
+
+    It follows the general engine step by step, with int tuples for leaves: the layout
+    (``carve``, ``coalesce_leaves``), the routing of each group (``_take``, innermost piece
+    first; a group stops at its first problem), and the read-back. Covered: static sizes
+    >= 1, no sharded size-1 mesh dim, a layout that exists, no ``Repeat``, and no
+    ``view_as_complex`` reading.
+    """
+    ndim = len(shape)
+    if len(placements) != len(mesh):
+        return 0
+    for n in shape:
+        if type(n) is not int or n < 1:
+            return 0
+    for n in mesh:
+        if type(n) is not int or n < 1:
+            return 0
+    dims = _shard_dims(placements, ndim, mesh)
+    if not dims:
+        return 0
+    if complex_view is not False and complex_pair_dim(rule, shape) is not None:
+        return 0
+    leaves: list[list[_Leaf]] = []
+    for d, n in enumerate(shape):
+        dim: list[_Leaf] = [(n, LOCAL, 0)] if n != 1 else []
+        for m, sf in dims.get(d, ()):
+            carved = _carve(dim, m, mesh[m], sf)
+            if carved is None:
+                return 0
+            dim = carved
+        leaves.append(dim)
+    failed = 0
+    outs: list[list[_Leaf]] = []
+    used = 0
+    splits: dict[DimSpec, dict[int, int]] = {}
+    group_shapes: dict[DimSpec, tuple[int, ...]] = {}
+    for o, spec in enumerate(rule):
+        cls = type(spec)
+        if cls is InputDim or cls is Flatten:
+            src = (spec.input_dim,) if cls is InputDim else _flat_dims(spec)  # type: ignore[attr-defined]
+            used = _use(src, used, ndim)
+            if used < 0:
+                return 0
+            outs.append(_group(leaves, src))
+        elif cls is Split:
+            source = spec.input_dim  # type: ignore[attr-defined]
+            if group_shapes.setdefault(source, spec.group_shape) != spec.group_shape:  # type: ignore[attr-defined]
+                return 0  # pieces of one source that disagree: the general engine's error
+            splits.setdefault(source, {})[spec.split_id] = o  # type: ignore[attr-defined]
+            outs.append([])
+        elif cls is Singleton or cls is NewDim:
+            outs.append([])
+        elif cls is Broadcast:
+            inner = spec.dim  # type: ignore[attr-defined]
+            if type(inner) is InputDim:
+                d = inner.input_dim
+                if d >= ndim or shape[d] != 1 or used >> d & 1:
+                    return 0
+                used |= 1 << d
+            elif type(inner) is not Singleton:
+                return 0
+            outs.append([])
+        else:
+            return 0
+    for source, ids in splits.items():
+        if type(source) is InputDim:
+            src: tuple[int, ...] = (source.input_dim,)  # type: ignore[attr-defined]
+        elif type(source) is Flatten:
+            src = _flat_dims(source)
+        else:
+            return 0
+        used = _use(src, used, ndim)
+        pieces = group_shapes[source]
+        if used < 0 or sorted(ids) != list(range(len(pieces))):
+            return 0
+        total = 1
+        for d in src:
+            total *= shape[d]
+        whole = 1
+        for q in pieces:
+            if type(q) is not int:
+                return 0
+            whole *= q
+        if whole != total:
+            return 0  # view_as_real, or a rule that does not match: the general engine
+        failed |= _take_pieces(
+            _group(leaves, src), pieces, [ids[j] for j in range(len(pieces))], outs
+        )
+    for d in range(ndim):
+        if not used >> d & 1 and shape[d] != 1:
+            return 0
+    for o in range(len(outs)):
+        failed |= _unreadable(outs[o])
+    return failed
+
+
+def _flat_dims(spec: DimSpec) -> tuple[int, ...]:
+    return tuple([x.input_dim for x in spec.input_dims])  # type: ignore[attr-defined]
+
+
+def _carve(leaves: list[_Leaf], m: int, n: int, sf: int) -> list[_Leaf] | None:
+    """``sharded.carve`` on int leaves: the fastest ``k`` local elements stay, the next ``n``
+    become mesh dim m's, the slowest ``sf`` stay; None if a cut does not divide a leaf."""
+    total = 1
+    for s, mesh_dim, _ in leaves:
+        if mesh_dim == LOCAL:
+            total *= s
+    if total % (n * sf):
+        return None
+    k = total // (n * sf)
+    kn = k * n
+    out: list[_Leaf] = []
+    done = 1
+    part = 0
+    for size, mesh_dim, p in leaves:
+        if mesh_dim != LOCAL:
+            out.append((size, mesh_dim, p))
+            continue
+        start = done
+        end = done * size
+        pieces: list[tuple[int, int]] = []
+        for c in (k, kn):
+            if start % c == 0 or c % end == 0:
+                continue
+            if c % start or (end // start) % (c // start):
+                return None
+            pieces.append((c // start, start))
+            start = c
+        pieces.append((end // start, start))
+        for s, lo in pieces:
+            if s == 1:
+                continue
+            if lo % k == 0 and lo % kn:
+                out.append((s, m, part))
+                part += 1
+            else:
+                out.append((s, LOCAL, 0))
+        done = end
+    return _coalesce(out)
+
+
+def _coalesce(leaves: list[_Leaf]) -> list[_Leaf]:
+    """``sharded.coalesce_leaves`` on int leaves."""
+    out: list[_Leaf] = []
+    for leaf in leaves:
+        if out:
+            last = out[-1]
+            if leaf[1] == last[1] and (leaf[1] == LOCAL or leaf[2] == last[2] + 1):
+                out[-1] = (last[0] * leaf[0], last[1], last[2])
+                continue
+        out.append(leaf)
+    if len(out) == len(leaves):
+        return out
+    seen: dict[int, int] = {}
+    renumbered = []
+    for size, mesh_dim, _ in out:
+        part = seen.get(mesh_dim, 0)
+        seen[mesh_dim] = part + 1
+        renumbered.append((size, mesh_dim, part if mesh_dim != LOCAL else 0))
+    return renumbered
+
+
+def _group(leaves: list[list[_Leaf]], src: tuple[int, ...]) -> list[_Leaf]:
+    if len(src) == 1:
+        return leaves[src[0]]
+    joined: list[_Leaf] = []
+    for d in reversed(src):
+        joined += leaves[d]
+    return _coalesce(joined)
+
+
+def _take_pieces(
+    leaves: list[_Leaf], pieces: Sequence[int], targets: list[int], outs: list[list[_Leaf]]
+) -> int:
+    """Route one split group innermost piece first, as ``compose._route_group``; what fails
+    in it (a mask as :func:`failures` returns)."""
+    i = 0
+    rest = list(leaves)
+    for j in range(len(pieces) - 1, -1, -1):
+        q = pieces[j]
+        piece: list[_Leaf] = []
+        p = 1
+        i = 0
+        while True:
+            if p == q:
+                break
+            if i >= len(rest):
+                return OPTIONAL  # the sub-modes do not fill the piece
+            s, mesh_dim, part = rest[i]
+            if q % (p * s) == 0:
+                piece.append(rest[i])
+                p *= s
+                i += 1
+                continue
+            if q % p == 0 and s % (q // p) == 0:
+                f = q // p
+                piece.append((f, mesh_dim, part))
+                rest[i] = (s // f, mesh_dim, part)
+                p = q
+                break
+            return OPTIONAL if mesh_dim == LOCAL else 1 << mesh_dim
+        rest = rest[i:]
+        outs[targets[j]] = piece
+    seen: dict[int, int] = {}
+    failed = 0
+    for o in targets:
+        for _, mesh_dim, _ in outs[o]:
+            if mesh_dim != LOCAL:
+                if seen.setdefault(mesh_dim, o) != o:
+                    failed |= 1 << mesh_dim
+    return failed
+
+
+def _unreadable(leaves: list[_Leaf]) -> int:
+    """The mesh dims (bit mask) whose sub-modes in one output dim ``layout_to_placements``
+    cannot read: not one contiguous block in coordinate order once the earlier mesh dims'
+    sub-modes are removed."""
+    meshes = sorted({mesh_dim for _, mesh_dim, _ in leaves if mesh_dim != LOCAL})
+    failed = 0
+    for m in meshes:
+        current = [leaf for leaf in leaves if leaf[1] == LOCAL or leaf[1] >= m]
+        at = [i for i, leaf in enumerate(current) if leaf[1] == m]
+        parts = [current[i][2] for i in at]
+        if at != list(range(at[0], at[-1] + 1)) or parts != sorted(parts):
+            failed |= 1 << m
+    return failed

@@ -28,7 +28,7 @@ from torch.distributed.tensor.placement_types import Partial, Placement
 from ..rules import Broadcast, DimSpec, Flatten, InputDim, Repeat
 from .compose import _rule_groups_cached, compose_view, rule_groups
 from .errors import Blocked, RedistributionRequired
-from .fast import complex_pair_dim, fast_propagate
+from .fast import complex_pair_dim, fast_answer, fast_propagate
 from .sharded import (
     MeshPlacement,
     layout_to_placements,
@@ -70,9 +70,14 @@ def propagate_shape_and_sharding(
     shape = global_shape if type(global_shape) is tuple else tuple(global_shape)
     mesh = mesh_shape if type(mesh_shape) is tuple else tuple(mesh_shape)
     ours = _as_rule(rule if type(rule) is tuple else tuple(rule))
-    fast = fast_propagate(placements, shape, ours, mesh, complex_view)
-    if fast is not None:  # the common even, zero-communication view
-        return tuple(placements), fast
+    if strict_view:  # a view that must move raises, with reasons: the general engine's
+        fast = fast_propagate(placements, shape, ours, mesh, complex_view)
+        if fast is not None:  # the common even, zero-communication view
+            return tuple(placements), fast
+    else:
+        answer = fast_answer(placements, shape, ours, mesh, complex_view)
+        if answer is not None:
+            return answer
     norm = normalize_placements(placements, len(shape), mesh)
     if all(is_static(n) for n in shape):
         target, out, blocked = _propagate_cached(norm, shape, ours, mesh, complex_view)
