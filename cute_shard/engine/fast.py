@@ -29,8 +29,8 @@ agree on every case this path answers.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
+from itertools import combinations
 
 from torch.distributed.tensor.placement_types import (
     Partial,
@@ -111,8 +111,13 @@ def fast_propagate(
         elif cls is Flatten:
             src = tuple([x.input_dim for x in spec.input_dims])  # type: ignore[attr-defined]
             used = _use(src, used, ndim)
-            if used < 0 or not _route(shape, src, None, (o,), dims, mesh, out):
+            if used < 0:
                 return None
+            for d in src:
+                if d in dims:  # only a group holding a sharded dim needs routing
+                    if not _route(shape, src, None, (o,), dims, mesh, out):
+                        return None
+                    break
         elif cls is Split:
             if source is None:
                 source = spec.input_dim  # type: ignore[attr-defined]
@@ -166,6 +171,16 @@ def _split_group(
         product *= x
     if product != total:
         return -1
+    seen = 0
+    for split_id, _ in ids:
+        seen |= 1 << split_id
+    if seen != (1 << len(pieces)) - 1:  # not every piece once: the general engine's error
+        return -1
+    for d in src:
+        if d in dims:  # only a group holding a sharded dim needs routing
+            break
+    else:
+        return used
     targets = [0] * len(pieces)
     for split_id, o in ids:
         targets[split_id] = o
@@ -366,12 +381,12 @@ def fast_answer(
     """``(input target, output)`` exactly as the general engine gives it, or None for the
     general engine.
 
-    A zero-communication view is :func:`fast_propagate`'s. Otherwise this walks the general
-    engine's search for what moves (``propagate._least_to_move``): the subsets of the sharded
-    mesh dims in its order (those that cover the directly failing mesh dims first, then the
-    fewest others, then the smallest), each tried on the hot path. A subset the hot path
-    cannot answer ends the walk (None) unless :func:`failures` shows that the general engine
-    fails on it too.
+    A zero-communication view is :func:`fast_propagate`'s. Otherwise this takes the first
+    steps of the general engine's search for what moves (``propagate._least_to_move``),
+    each tried on the hot path: the directly failing mesh dims if there are any (the search
+    tries exactly them first), else each single sharded mesh dim, smallest first. A step
+    the hot path cannot answer ends the walk (None) unless :func:`failures` shows that the
+    general engine fails on it too; so does the end of these first steps.
     """
     out = fast_propagate(placements, shape, rule, mesh, complex_view)
     if out is not None:
@@ -380,7 +395,30 @@ def fast_answer(
     if not found:
         return None
     direct = found & ~OPTIONAL
-    sharded = [m for m, p in enumerate(placements) if type(p) is Shard or type(p) is _StridedShard]
+    if direct:
+        steps = [direct]
+    else:
+        sharded = [
+            (mesh[m], m)
+            for m, p in enumerate(placements)
+            if type(p) is Shard or type(p) is _StridedShard
+        ]
+        sharded.sort()
+        steps = [1 << m for _, m in sharded]
+    for moved in steps:
+        target = list(placements)
+        for m in range(len(target)):
+            if moved >> m & 1:
+                target[m] = _REPLICATE
+        out = fast_propagate(target, shape, rule, mesh, False)
+        if out is not None:
+            return tuple(target), out
+        if not failures(target, shape, rule, mesh, False):
+            return None  # the general engine may succeed where the hot path gives up
+    # The rest of the search, in the general engine's order (rarely reached).
+    sharded_dims = [
+        m for m, p in enumerate(placements) if type(p) is Shard or type(p) is _StridedShard
+    ]
 
     def cost(subset: tuple[int, ...]) -> tuple[bool, int, int, tuple[int, ...]]:
         mask = 0
@@ -388,13 +426,18 @@ def fast_answer(
         for m in subset:
             mask |= 1 << m
             size *= mesh[m]
-        return (direct & ~mask != 0, _bits(mask & ~direct), size, subset)
+        return (direct & ~mask != 0, bin(mask & ~direct).count("1"), size, subset)
 
     subsets = sorted(
-        (c for r in range(1, len(sharded) + 1) for c in itertools.combinations(sharded, r)),
+        (c for r in range(1, len(sharded_dims) + 1) for c in combinations(sharded_dims, r)),
         key=cost,
     )
     for subset in subsets:
+        moved = 0
+        for m in subset:
+            moved |= 1 << m
+        if moved in steps:
+            continue
         target = list(placements)
         for m in subset:
             target[m] = _REPLICATE
@@ -402,12 +445,8 @@ def fast_answer(
         if out is not None:
             return tuple(target), out
         if not failures(target, shape, rule, mesh, False):
-            return None  # the general engine may succeed where the hot path gives up
+            return None
     return None
-
-
-def _bits(mask: int) -> int:
-    return bin(mask).count("1")
 
 
 _REPLICATE = Replicate()
@@ -435,7 +474,8 @@ def failures(
     It follows the general engine step by step, with int tuples for leaves: the layout
     (``carve``, ``coalesce_leaves``), the routing of each group (``_take``, innermost piece
     first; a group stops at its first problem), and the read-back. Covered: static sizes
-    >= 1, no sharded size-1 mesh dim, a layout that exists, no ``Repeat``, and no
+    >= 1, no sharded size-1 mesh dim, a layout that exists, no ``Repeat``, the ``Split``s of
+    a source next to each other in the rule (as every builder makes them), and no
     ``view_as_complex`` reading.
     """
     ndim = len(shape)
@@ -452,36 +492,41 @@ def failures(
         return 0
     if complex_view is not False and complex_pair_dim(rule, shape) is not None:
         return 0
-    leaves: list[list[_Leaf]] = []
-    for d, n in enumerate(shape):
-        dim: list[_Leaf] = [(n, LOCAL, 0)] if n != 1 else []
-        for m, sf in dims.get(d, ()):
+    leaves: dict[int, list[_Leaf]] = {}
+    for d, steps in dims.items():
+        dim: list[_Leaf] = [(shape[d], LOCAL, 0)] if shape[d] != 1 else []
+        for m, sf in steps:
             carved = _carve(dim, m, mesh[m], sf)
             if carved is None:
                 return 0
             dim = carved
-        leaves.append(dim)
+        leaves[d] = dim
     failed = 0
-    outs: list[list[_Leaf]] = []
     used = 0
-    splits: dict[DimSpec, dict[int, int]] = {}
-    group_shapes: dict[DimSpec, tuple[int, ...]] = {}
+    source: DimSpec | None = None  # the Split group being collected
+    ids: list[tuple[int, int]] = []
     for o, spec in enumerate(rule):
         cls = type(spec)
+        if cls is Singleton or cls is NewDim:
+            continue
+        if source is not None and (cls is not Split or spec.input_dim != source):  # type: ignore[attr-defined]
+            used = _fail_split(shape, rule, source, ids, used, leaves)
+            if used < 0:
+                return 0
+            failed |= used >> ndim
+            used &= (1 << ndim) - 1
+            source = None
         if cls is InputDim or cls is Flatten:
             src = (spec.input_dim,) if cls is InputDim else _flat_dims(spec)  # type: ignore[attr-defined]
             used = _use(src, used, ndim)
             if used < 0:
                 return 0
-            outs.append(_group(leaves, src))
+            failed |= _unreadable(_group(shape, leaves, src))
         elif cls is Split:
-            source = spec.input_dim  # type: ignore[attr-defined]
-            if group_shapes.setdefault(source, spec.group_shape) != spec.group_shape:  # type: ignore[attr-defined]
-                return 0  # pieces of one source that disagree: the general engine's error
-            splits.setdefault(source, {})[spec.split_id] = o  # type: ignore[attr-defined]
-            outs.append([])
-        elif cls is Singleton or cls is NewDim:
-            outs.append([])
+            if source is None:
+                source = spec.input_dim  # type: ignore[attr-defined]
+                ids = []
+            ids.append((spec.split_id, o))  # type: ignore[attr-defined]
         elif cls is Broadcast:
             inner = spec.dim  # type: ignore[attr-defined]
             if type(inner) is InputDim:
@@ -491,39 +536,69 @@ def failures(
                 used |= 1 << d
             elif type(inner) is not Singleton:
                 return 0
-            outs.append([])
         else:
             return 0
-    for source, ids in splits.items():
-        if type(source) is InputDim:
-            src: tuple[int, ...] = (source.input_dim,)  # type: ignore[attr-defined]
-        elif type(source) is Flatten:
-            src = _flat_dims(source)
-        else:
+    if source is not None:
+        used = _fail_split(shape, rule, source, ids, used, leaves)
+        if used < 0:
             return 0
-        used = _use(src, used, ndim)
-        pieces = group_shapes[source]
-        if used < 0 or sorted(ids) != list(range(len(pieces))):
-            return 0
-        total = 1
-        for d in src:
-            total *= shape[d]
-        whole = 1
-        for q in pieces:
-            if type(q) is not int:
-                return 0
-            whole *= q
-        if whole != total:
-            return 0  # view_as_real, or a rule that does not match: the general engine
-        failed |= _take_pieces(
-            _group(leaves, src), pieces, [ids[j] for j in range(len(pieces))], outs
-        )
+        failed |= used >> ndim
+        used &= (1 << ndim) - 1
     for d in range(ndim):
         if not used >> d & 1 and shape[d] != 1:
             return 0
-    for o in range(len(outs)):
-        failed |= _unreadable(outs[o])
     return failed
+
+
+def _fail_split(
+    shape: tuple[int, ...],
+    rule: tuple[DimSpec, ...],
+    source: DimSpec,
+    ids: list[tuple[int, int]],
+    used: int,
+    leaves: dict[int, list[_Leaf]],
+) -> int:
+    """Route one source's consecutive ``Split``s for :func:`failures`: ``used`` with the
+    group's failure mask shifted above the input dims' bits, or -1 to leave the case to the
+    general engine (a bad rule, a source split twice, view_as_real)."""
+    if type(source) is InputDim:
+        src: tuple[int, ...] = (source.input_dim,)  # type: ignore[attr-defined]
+    elif type(source) is Flatten:
+        src = _flat_dims(source)
+    else:
+        return -1
+    ndim = len(shape)
+    used = _use(src, used, ndim)
+    if used < 0:
+        return -1
+    pieces: tuple[int, ...] = rule[ids[0][1]].group_shape  # type: ignore[attr-defined]
+    if len(ids) != len(pieces):
+        return -1
+    seen = 0
+    targets = [0] * len(pieces)
+    for split_id, o in ids:
+        if rule[o].group_shape != pieces:  # type: ignore[attr-defined]
+            return -1
+        seen |= 1 << split_id
+        targets[split_id] = o
+    if seen != (1 << len(pieces)) - 1:
+        return -1
+    total = 1
+    for d in src:
+        total *= shape[d]
+    whole = 1
+    for q in pieces:
+        if type(q) is not int:
+            return -1
+        whole *= q
+    if whole != total:
+        return -1  # view_as_real, or a rule that does not match
+    for d in src:
+        if d in leaves:
+            break
+    else:
+        return used  # no sharded dim: every piece is local
+    return used | _take_pieces(_group(shape, leaves, src), pieces) << ndim
 
 
 def _flat_dims(spec: DimSpec) -> tuple[int, ...]:
@@ -592,22 +667,32 @@ def _coalesce(leaves: list[_Leaf]) -> list[_Leaf]:
     return renumbered
 
 
-def _group(leaves: list[list[_Leaf]], src: tuple[int, ...]) -> list[_Leaf]:
+def _group(
+    shape: tuple[int, ...], leaves: dict[int, list[_Leaf]], src: tuple[int, ...]
+) -> list[_Leaf]:
+    """The sub-modes of the input dims ``src`` flattened, fastest first, coalesced."""
     if len(src) == 1:
-        return leaves[src[0]]
+        d = src[0]
+        found = leaves.get(d)
+        if found is not None:
+            return found
+        return [(shape[d], LOCAL, 0)] if shape[d] != 1 else []
     joined: list[_Leaf] = []
     for d in reversed(src):
-        joined += leaves[d]
+        found = leaves.get(d)
+        if found is not None:
+            joined += found
+        elif shape[d] != 1:
+            joined.append((shape[d], LOCAL, 0))
     return _coalesce(joined)
 
 
-def _take_pieces(
-    leaves: list[_Leaf], pieces: Sequence[int], targets: list[int], outs: list[list[_Leaf]]
-) -> int:
-    """Route one split group innermost piece first, as ``compose._route_group``; what fails
-    in it (a mask as :func:`failures` returns)."""
-    i = 0
+def _take_pieces(leaves: list[_Leaf], pieces: Sequence[int]) -> int:
+    """Route one split group innermost piece first, as ``compose._route_group``, and read
+    the pieces back; what fails (a mask as :func:`failures` returns)."""
     rest = list(leaves)
+    taken: list[list[_Leaf]] = []
+    failed = 0
     for j in range(len(pieces) - 1, -1, -1):
         q = pieces[j]
         piece: list[_Leaf] = []
@@ -617,7 +702,8 @@ def _take_pieces(
             if p == q:
                 break
             if i >= len(rest):
-                return OPTIONAL  # the sub-modes do not fill the piece
+                failed = OPTIONAL  # the sub-modes do not fill the piece
+                break
             s, mesh_dim, part = rest[i]
             if q % (p * s) == 0:
                 piece.append(rest[i])
@@ -630,16 +716,20 @@ def _take_pieces(
                 rest[i] = (s // f, mesh_dim, part)
                 p = q
                 break
-            return OPTIONAL if mesh_dim == LOCAL else 1 << mesh_dim
+            failed = OPTIONAL if mesh_dim == LOCAL else 1 << mesh_dim
+            break
+        if failed:
+            break  # the group stops at its first problem; the pieces so far are read back
         rest = rest[i:]
-        outs[targets[j]] = piece
-    seen: dict[int, int] = {}
-    failed = 0
-    for o in targets:
-        for _, mesh_dim, _ in outs[o]:
-            if mesh_dim != LOCAL:
-                if seen.setdefault(mesh_dim, o) != o:
+        taken.append(piece)
+    if not failed:
+        seen: dict[int, int] = {}
+        for k, piece in enumerate(taken):
+            for _, mesh_dim, _ in piece:
+                if mesh_dim != LOCAL and seen.setdefault(mesh_dim, k) != k:
                     failed |= 1 << mesh_dim
+    for piece in taken:
+        failed |= _unreadable(piece)
     return failed
 
 
@@ -647,7 +737,10 @@ def _unreadable(leaves: list[_Leaf]) -> int:
     """The mesh dims (bit mask) whose sub-modes in one output dim ``layout_to_placements``
     cannot read: not one contiguous block in coordinate order once the earlier mesh dims'
     sub-modes are removed."""
-    meshes = sorted({mesh_dim for _, mesh_dim, _ in leaves if mesh_dim != LOCAL})
+    gpu = [mesh_dim for _, mesh_dim, _ in leaves if mesh_dim != LOCAL]
+    if len(gpu) < 2:
+        return 0  # one sub-mode or none: always one block
+    meshes = sorted(set(gpu))
     failed = 0
     for m in meshes:
         current = [leaf for leaf in leaves if leaf[1] == LOCAL or leaf[1] >= m]
