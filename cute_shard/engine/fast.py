@@ -43,7 +43,15 @@ from torch.distributed.tensor.placement_types import (
 from ..rules import Broadcast, DimSpec, Flatten, InputDim, NewDim, Singleton, Split
 from .sizes import Size, is_static
 
-__all__ = ["OPTIONAL", "complex_pair_dim", "failures", "fast_answer", "fast_propagate", "placement"]
+__all__ = [
+    "OPTIONAL",
+    "complex_pair_dim",
+    "failures",
+    "fast_answer",
+    "fast_propagate",
+    "placement",
+    "search_moves",
+]
 
 LOCAL = -1
 _CACHE_LIMIT = 4096
@@ -391,6 +399,17 @@ def fast_answer(
     out = fast_propagate(placements, shape, rule, mesh, complex_view)
     if out is not None:
         return tuple(placements), out
+    return search_moves(placements, shape, rule, mesh, complex_view)
+
+
+def search_moves(
+    placements: Sequence[Placement],
+    shape: tuple[int, ...],
+    rule: tuple[DimSpec, ...],
+    mesh: tuple[int, ...],
+    complex_view: bool | None,
+) -> tuple[tuple[Placement, ...], tuple[Placement, ...]] | None:
+    """:func:`fast_answer` for a view :func:`fast_propagate` did not answer."""
     found = failures(placements, shape, rule, mesh, complex_view)
     if not found:
         return None
