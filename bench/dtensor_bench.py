@@ -33,6 +33,7 @@ from torch.distributed.tensor._sharding_prop import ShardingPropagator
 from torch.distributed.tensor.debug import _clear_sharding_prop_cache
 
 import cute_shard
+from cute_shard import integration
 
 from .harness import Call, geomean, interleave, speedup, table, time_each, time_loop
 from .propagate_cases import _placements
@@ -82,10 +83,12 @@ def fake_world() -> Iterator[None]:
 
 
 def clear_all() -> None:
-    """Empty DTensor's sharding-propagation caches and cute_shard's."""
+    """Empty DTensor's sharding-propagation caches and cute_shard's (the engine's and the
+    integration's cache of input targets)."""
     _clear_sharding_prop_cache()
     ShardingPropagator._propagate_tensor_meta_cached.cache_clear()
     cute_shard.cache_clear()
+    integration.clear_dtensor_caches()
 
 
 # --------------------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ Worked example, on a 2x4 mesh::
     x.view(16, 8, 32)  # RuntimeError: view needs communication: tensor dim 1 is sharded on
     #                    mesh dim 1 and ...; redistribute the input to [Shard(dim=0),
     #                    Replicate()] first, or use reshape
+    x.reshape(16, 8, 32).placements  # (Shard(dim=0), Replicate()): mesh dim 1 all-gathered
     with cute_shard.enabled():  # reentrant; restores the state before it
         ...
 
@@ -37,9 +38,18 @@ with ours (the tensor dim, the mesh dim and the redistribution that would work).
 
 The CompositeImplicitAutograd view ops (reshape, flatten, unflatten, movedim, ravel,
 broadcast_to, tile, atleast_*d) are decomposed before DTensor sees them, except under
-inference mode. So outside inference mode ``dt.reshape`` reaches DTensor as ``aten.view`` (or
-``clone`` + ``_unsafe_view``), which is strict: a reshape that needs communication raises like
-a view. Under inference mode they arrive whole. ``aten.reshape`` has its own (non-strict)
+inference mode: the dispatcher runs their decomposition at the Autograd key, above the Python
+key where DTensor lives, so outside inference mode ``dt.reshape`` reaches DTensor as the strict
+``aten.view`` (or ``clone`` + ``_unsafe_view``). The reshape family (reshape, flatten,
+unflatten, ravel; reshape_as calls reshape) may copy, as torch.reshape may, so ``install()``
+also registers a ``MayCopy`` kernel for each at ``DispatchKey.PythonTLSSnapshot``: the one key
+above Autograd that only tensor subclasses (and active dispatch modes) carry, so a plain tensor
+and every other DTensor op never reach it. For a DTensor it asks the engine (non-strict) which
+mesh dims the view cannot keep, redistributes them (``DTensor.redistribute``: autograd and
+torch.compile see an ordinary redistribute), and lets the call continue down the dispatcher as
+before, where the view is now free; anything else continues unchanged. ``dt.view`` stays strict.
+
+Under inference mode the ops arrive whole. ``aten.reshape`` has its own (non-strict)
 strategy; for the others torch 2.13 propagates their decomposition one mesh dim at a time
 (``DecompShardingStrategy``) and combines the answers, which is wrong for views on multi-dim
 meshes (``flatten`` of a tensor sharded on two mesh dims gives wrong data; ``unflatten`` and
@@ -52,10 +62,12 @@ the view ops inside it go through the strategies above.
 from __future__ import annotations
 
 import inspect
+import math
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import torch
@@ -73,12 +85,15 @@ from .rules import UndecidableRule
 
 __all__ = [
     "Decompose",
+    "MayCopy",
     "ViewOp",
     "ViewStrategy",
     "composite_view_ops",
     "enabled",
     "install",
     "is_installed",
+    "may_copy_kernels",
+    "redistribute_for_view",
     "torch_view_ops",
     "uninstall",
 ]
@@ -304,6 +319,117 @@ def _find_composite_view_ops() -> tuple[tuple[ViewOp, ...], tuple[OpOverload, ..
 
 
 # --------------------------------------------------------------------------------------------
+# The reshape family: may copy, so it redistributes what must move
+
+# Below this key the dispatch continues exactly as the key's fallback would continue it.
+_AFTER_SNAPSHOT = torch._C._dispatch_keyset_full_after(torch._C.DispatchKey.PythonTLSSnapshot)
+
+
+@dataclass(frozen=True, slots=True)
+class MayCopy:
+    """The kernel ``install()`` registers for a reshape-family overload at PythonTLSSnapshot.
+
+    Each of these ops is CompositeImplicitAutograd and ends in a strict view of the global
+    shape ``out_shape(input shape, *args)``. For a DTensor input the kernel first moves the
+    mesh dims that view cannot keep (``redistribute_for_view``); then, for every input, the
+    call goes on down the dispatcher as the key's fallback would send it. For example, on an
+    8-mesh, ``x.reshape(1536)`` of a (6, 256) ``[Shard(0)]`` DTensor all-gathers ``x`` and
+    returns a ``[Replicate()]`` view, where the strict view alone would raise.
+    """
+
+    overload: OpOverload
+    out_shape: Callable[..., tuple[Any, ...] | None]  # None: illegal arguments
+
+    def __call__(self, keyset: torch._C.DispatchKeySet, x: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(x, DTensor):
+            out_shape = self.out_shape(tuple(x.shape), *args, **kwargs)
+            if out_shape is not None:  # else the op below raises torch's own error
+                x = redistribute_for_view(x, out_shape)
+        return self.overload.redispatch(keyset & _AFTER_SNAPSHOT, x, *args, **kwargs)
+
+
+def redistribute_for_view(x: DTensor, out_shape: Sequence[Any]) -> DTensor:
+    """``x`` with the mesh dims moved that a view to ``out_shape`` cannot keep (the engine's
+    non-strict input target): after it the view needs no communication. ``x`` itself if
+    nothing moves, or if the engine rejects the shapes (an illegal ``out_shape``: the view
+    then raises the error it raises without this step)."""
+    spec = x._spec
+    try:
+        target = _input_target_cached(spec, tuple(out_shape))
+    except TypeError:  # SymInt sizes are not hashable: no cache
+        target = _input_target(spec, tuple(out_shape))
+    if target is None or target == spec.placements:
+        return x
+    return x.redistribute(spec.mesh, target)
+
+
+def _input_target(spec: DTensorSpec, out_shape: tuple[Any, ...]) -> tuple[Placement, ...] | None:
+    shape = tuple(spec.shape)
+    try:
+        rule = _view_rule(shape, out_shape)
+        target, _ = propagate_shape_and_sharding(
+            spec.placements, shape, rule, spec.mesh.shape, complex_view=False
+        )
+    except ValueError:  # a shape (or rule) the engine rejects: the op itself raises as before
+        return None
+    return tuple(target)
+
+
+def _view_rule(shape: tuple[Any, ...], out_shape: tuple[Any, ...]) -> object:
+    try:
+        return rules.view_groups(shape, out_shape)
+    except UndecidableRule:  # a SymInt comparison only a guard could settle: torch's builder
+        return _view_ops.view_groups(shape, out_shape)
+
+
+# A pure function of hashable values (the spec holds the mesh, placements and global shape).
+# Cached because a reshape that moves nothing is the common case, and the engine's answer
+# would otherwise be most of the kernel's cost; clear_dtensor_caches() empties it.
+_input_target_cached = lru_cache(maxsize=4096)(_input_target)
+
+
+def _reshaped(shape: tuple[Any, ...], new_shape: Sequence[Any]) -> tuple[Any, ...]:
+    return tuple(new_shape)
+
+
+def _flattened(
+    shape: tuple[Any, ...], start_dim: int = 0, end_dim: int = -1
+) -> tuple[Any, ...] | None:
+    if not shape:
+        return (1,)
+    start, end = _dim(start_dim, len(shape)), _dim(end_dim, len(shape))
+    if start is None or end is None or start > end:
+        return None
+    return (*shape[:start], math.prod(shape[start : end + 1]), *shape[end + 1 :])
+
+
+def _unflattened(shape: tuple[Any, ...], dim: int, sizes: Sequence[Any]) -> tuple[Any, ...] | None:
+    d = _dim(dim, len(shape))
+    return None if d is None else (*shape[:d], *sizes, *shape[d + 1 :])
+
+
+def _raveled(shape: tuple[Any, ...]) -> tuple[Any, ...]:
+    return (-1,)
+
+
+def _dim(dim: int, ndim: int) -> int | None:
+    return dim % ndim if -ndim <= dim < ndim else None
+
+
+def may_copy_kernels() -> tuple[MayCopy, ...]:
+    """The kernels ``install()`` registers. ``reshape_as`` calls ``reshape`` through the
+    dispatcher, so the reshape kernel covers it; the other ops call torch's reshape function
+    directly, so each needs its own."""
+    aten = torch.ops.aten
+    return (
+        MayCopy(aten.reshape.default, _reshaped),
+        MayCopy(aten.flatten.using_ints, _flattened),
+        MayCopy(aten.unflatten.int, _unflattened),
+        MayCopy(aten.ravel.default, _raveled),
+    )
+
+
+# --------------------------------------------------------------------------------------------
 # install / uninstall
 
 
@@ -316,6 +442,8 @@ class _Saved:
     decomposed: tuple[OpOverload, ...]
     strategy_funcs: dict[OpOverload, Callable[..., Any] | None]
     single_dim_funcs: dict[OpOverload, Any]
+    # Holds the MayCopy kernels; destroying it deregisters them.
+    kernels: torch.library.Library
 
 
 # The propagator's registry is process-wide, so this is too. The lock makes install and
@@ -347,6 +475,7 @@ def install() -> None:
             single_dim_funcs={
                 op: propagator.op_single_dim_strategy_funcs.get(op) for op in replaced
             },
+            kernels=torch.library.Library("aten", "IMPL"),
         )
         for v in ops + composite:
             # A single-mesh-dim strategy takes precedence over op_strategy_funcs: drop it.
@@ -354,6 +483,8 @@ def install() -> None:
             propagator.op_strategy_funcs[v.overload] = ViewStrategy(v)
         for op in decomposed:
             propagator.op_strategy_funcs[op] = Decompose(op)
+        for kernel in may_copy_kernels():
+            saved.kernels.impl(kernel.overload, kernel, "PythonTLSSnapshot", with_keyset=True)
         _saved = saved
         clear_dtensor_caches()
 
@@ -367,6 +498,7 @@ def uninstall() -> None:
         propagator = DTensor._op_dispatcher.sharding_propagator
         _restore(propagator.op_strategy_funcs, _saved.strategy_funcs)
         _restore(propagator.op_single_dim_strategy_funcs, _saved.single_dim_funcs)
+        _saved.kernels._destroy()
         _saved = None
         clear_dtensor_caches()
 
@@ -394,7 +526,9 @@ def enabled() -> Iterator[None]:
 
 def clear_dtensor_caches() -> None:
     """Empty DTensor's sharding-propagation caches: the Python LRU cache and the C++
-    fast-path cache (the latter is per thread; this clears the calling thread's)."""
+    fast-path cache (the latter is per thread; this clears the calling thread's), and the
+    MayCopy kernels' cache of input targets."""
     propagator = DTensor._op_dispatcher.sharding_propagator
     propagator.propagate_op_sharding.cache.cache_clear()
     torch._C._clear_DTensor_sharding_propagator_cache()
+    _input_target_cached.cache_clear()

@@ -16,7 +16,9 @@ communication:
   DTensor reports (so every rank holds exactly its part, uneven tails included);
 - the output is on the caller's DeviceMesh object and its placements are canonical;
 - it communicated only if the engine asked for a redistribution (the input target that the
-  installed strategy returned differs from the input), and never for ``zero_comm`` cases;
+  installed strategy or MayCopy kernel returned differs from the input), then exactly as many
+  collectives as redistributing the input to that target takes, and never for ``zero_comm``
+  cases;
 - a strict view that needs communication raised a RuntimeError naming the tensor dim and the
   mesh dim and suggesting a redistribution; the suggestion, applied, makes the view succeed
   with no communication and the right data.
@@ -25,9 +27,11 @@ Every rank runs the same propagation, so phase 1 needs no synchronisation betwee
 ``all_gather_object`` at the end collects the verdicts. Phase 2 then re-runs the cases that
 passed everywhere and checks ``full_tensor()`` against plain torch, and, for outputs that are
 _StridedShard or permuted (non-contiguous locals), redistributes to Replicate and to Shard and
-checks the data. Where torch 2.13 would read an output's _StridedShards as a shard order they
-cannot encode (a torch bug, pinned in ``test_torch_2_13.py``), phase 2 reads them as
-_StridedShards and counts the case (``shard_order_workaround``).
+checks the data; for the reshape family outside inference mode (reshape, flatten, unflatten,
+ravel) it also checks the input's gradient through the op against plain torch. Where torch
+2.13 would read an output's _StridedShards as a shard order they cannot encode (a torch bug,
+pinned in ``test_torch_2_13.py``), phase 2 reads them as _StridedShards and counts the case
+(``shard_order_workaround``).
 
 Set ``MULTIRANK_TRACE=/tmp/trace`` to have every rank append the case it starts to
 ``/tmp/trace.<rank>``: after a hang or a gloo abort the last lines show where each rank was.
@@ -81,13 +85,17 @@ class Op:
     # In-place (squeeze_): torch 2.13 leaves the DTensor's global shape as it was (the local
     # tensor and the placements are right), so only the local data and full_tensor() are checked.
     inplace: bool = False
+    # Phase 2 also checks the input's gradient through the op against plain torch's.
+    backward: bool = False
 
 
 OPS: dict[str, Op] = {
     # Tensor.reshape is CompositeImplicitAutograd: outside inference mode it reaches DTensor as
-    # aten.view (strict); under inference mode as aten.reshape (may redistribute).
+    # aten.view (strict), under inference mode as aten.reshape. Either way install()'s MayCopy
+    # kernel has moved what must move first, so it never refuses (nor do flatten, unflatten
+    # and ravel, which also end in a strict view).
     "view": Op(lambda t, s: t.view(s), strict=True),
-    "reshape": Op(lambda t, s: t.reshape(s), strict=True),
+    "reshape": Op(lambda t, s: t.reshape(s), strict=False, backward=True),
     "reshape_inference": Op(lambda t, s: t.reshape(s), strict=False, inference=True),
     "_unsafe_view": Op(lambda t, s: torch.ops.aten._unsafe_view(t, s), strict=True),
     "view_copy": Op(lambda t, s: torch.view_copy(t, s), strict=False),
@@ -107,18 +115,18 @@ OPS: dict[str, Op] = {
     "view_as_real": Op(torch.view_as_real, strict=False, complex_input=True),
     "view_as_complex": Op(torch.view_as_complex, strict=False),
     # Ops that decompose into the ones above before they reach DTensor.
-    "flatten": Op(lambda t, a, b: t.flatten(a, b), strict=True),
-    "unflatten": Op(lambda t, d, s: t.unflatten(d, s), strict=True),
+    "flatten": Op(lambda t, a, b: t.flatten(a, b), strict=False, backward=True),
+    "unflatten": Op(lambda t, d, s: t.unflatten(d, s), strict=False, backward=True),
     "movedim": Op(lambda t, a, b: t.movedim(a, b), strict=False),
     "t": Op(lambda t: t.t(), strict=False),
-    "ravel": Op(torch.ravel, strict=True),
+    "ravel": Op(torch.ravel, strict=False, backward=True),
     "broadcast_to": Op(torch.broadcast_to, strict=False),
     "tile": Op(torch.tile, strict=False),
     "atleast_2d": Op(torch.atleast_2d, strict=False),
     "atleast_3d": Op(torch.atleast_3d, strict=False),
     # Under inference mode these reach DTensor undecomposed (CompositeImplicitAutograd).
     "flatten_inference": Op(lambda t, a, b: t.flatten(a, b), strict=False, inference=True),
-    "unflatten_inference": Op(lambda t, d, s: t.unflatten(d, s), strict=True, inference=True),
+    "unflatten_inference": Op(lambda t, d, s: t.unflatten(d, s), strict=False, inference=True),
     "movedim_inference": Op(lambda t, a, b: t.movedim(a, b), strict=False, inference=True),
     "ravel_inference": Op(torch.ravel, strict=False, inference=True),
     "broadcast_to_inference": Op(torch.broadcast_to, strict=False, inference=True),
@@ -214,6 +222,12 @@ TABLE_ROWS: tuple[tuple[int, Case], ...] = (
     (8, Case((8,), "view", (6, 256), ((1536,),), (Shard(0),), expect="raises")),
     (8, Case((8,), "reshape_inference", (6, 256), ((1536,),), (Shard(0),))),
     (8, Case((8,), "reshape_inference", (10, 12), ((2, 5, 12),), (Shard(0),))),
+    # The same reshapes outside inference mode, where DTensor sees them as aten.view.
+    (6, Case((2, 3), "reshape", (18,), ((3, 1, 6),), (Rep, SS(0, 2)))),
+    (8, Case((2, 4), "reshape", (512,), ((4, 128),), (Shard(0), Shard(0)))),
+    (8, Case((2, 4), "reshape", (12, 20), ((20, 12),), (Shard(0), SS(1, 2)))),
+    (8, Case((8,), "reshape", (6, 256), ((1536,),), (Shard(0),))),
+    (8, Case((8,), "reshape", (10, 12), ((2, 5, 12),), (Shard(0),))),
 )
 
 
@@ -274,6 +288,10 @@ def _mesh_cases(mesh: tuple[int, ...]) -> Iterator[Case]:
         ("flatten", (n, 4, 6), (0, 1)),
         ("flatten", (2, n, 3), (0, -1)),
         ("unflatten", (4 * n, 6), (0, (4, n))),
+        ("unflatten", (2 * n + 2, 3), (0, (2, n + 1))),  # uneven: may copy
+        ("flatten", (n + 2, 2, 3), (0, 1)),
+        ("flatten", (n, 2), (0, 1)),  # a trailing size-2 dim: a real view, not complex pairs
+        ("ravel", (3, n + 1), ()),
         ("movedim", (n, 4, 6), (0, -1)),
         ("t", (n, 6), ()),
         ("ravel", (n, 6), ()),
@@ -524,6 +542,16 @@ def _phase1(case: Case, mesh: DeviceMesh, recorder: Recorder) -> dict[str, Any]:
     asked = [t for _, t in recorder.calls if t != tuple(case.placements)]
     if count and not asked and recorder.calls:
         problems.append(f"{count} collectives although the engine asked for none")
+    # The first answer for the input itself is the input target: the op communicates exactly
+    # as redistributing the input to it does, and the view after it is free.
+    targets = [t for p, t in recorder.calls if p == tuple(case.placements)]
+    if targets and targets[0] != tuple(case.placements):
+        implied = _redistribute_count(case, mesh, g, targets[0])
+        if count != implied:
+            problems.append(
+                f"{count} collectives, but redistributing the input to the engine's target "
+                f"{targets[0]} takes {implied}"
+            )
     if case.expect == "zero_comm" and count:
         problems.append(f"{count} collectives where none are needed")
     if case.expect == "raises":
@@ -532,6 +560,14 @@ def _phase1(case: Case, mesh: DeviceMesh, recorder: Recorder) -> dict[str, Any]:
         problems.append(f"placements {out.placements}, expected {case.expect_out}")
     error = "; ".join(p for p in problems if p)
     return _verdict(error, count, out=str(tuple(out.placements)))
+
+
+def _redistribute_count(
+    case: Case, mesh: DeviceMesh, g: torch.Tensor, target: tuple[Placement, ...]
+) -> int:
+    with _mode(OPS[case.op]), CommDebugMode() as comm:
+        _input(case, mesh, g).redistribute(mesh, target)
+    return comm.get_total_counts()
 
 
 def _check_refusal(
@@ -591,9 +627,28 @@ def _phase2(case: Case, mesh: DeviceMesh) -> dict[str, Any]:
                 local = oracle.local_shard(want, target, case.mesh, mesh.get_coordinate())
                 got = out.redistribute(mesh, target).to_local()
                 problems.append(_same(got, local, f"redistributed to {target}"))
+    if op.backward:
+        problems.append(_check_backward(case, op, mesh, g))
     verdict = _verdict("; ".join(p for p in problems if p))
     verdict["shard_order_workaround"] = workaround
     return verdict
+
+
+def _check_backward(case: Case, op: Op, mesh: DeviceMesh, g: torch.Tensor) -> str:
+    """The input's gradient through the op equals plain torch's, for the loss
+    ``(op(x) * w).sum()``. Each rank weights its own local output (the output's pending
+    Partials read as Replicate), so only the op's own backward communicates."""
+    x = _input(case, mesh, g).requires_grad_()
+    out = op.fn(x, *case.args)
+    w = oracle.identifiable_tensor(tuple(out.shape), g.dtype) + 1
+    local_w = oracle.local_shard(w, tuple(out.placements), case.mesh, mesh.get_coordinate())
+    reduced = tuple(Rep if isinstance(p, Partial) else p for p in out.placements)
+    (out.to_local(grad_placements=reduced) * local_w).sum().backward()
+    plain = g.clone().requires_grad_()
+    (op.fn(plain, *case.args) * w).sum().backward()
+    if x.grad is None:
+        return "backward: the input got no gradient"
+    return _same(x.grad.full_tensor(), plain.grad, "backward: the input's gradient")
 
 
 def _shard_order_bug_applies(out: DTensor) -> bool:

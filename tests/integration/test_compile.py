@@ -4,6 +4,11 @@ A fake process group of 8 ranks (2x4 mesh) is enough: the block needs no communi
 each rank's data is real and the compiled result must equal eager exactly. The block is the
 view side of a transformer layer: head split and merge, token flatten and back, with the batch
 sharded on mesh dim 0 and the hidden dim on mesh dim 1.
+
+A reshape that needs communication (outside inference mode, through install()'s MayCopy
+kernel) compiles too: its redistribution is traced into the forward graph as the collective
+eager runs. The fake group's collectives move no data, so there only placements, shapes and
+the graph are compared.
 """
 
 from __future__ import annotations
@@ -13,9 +18,10 @@ from typing import Any
 
 import pytest
 import torch
-from torch._dynamo.testing import CompileCounterWithBackend
+from torch._dynamo.testing import AotEagerAndRecordGraphs, CompileCounterWithBackend
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-from torch.distributed.tensor import DTensor, Shard
+from torch.distributed.tensor import DTensor, Replicate, Shard
+from torch.distributed.tensor.debug import CommDebugMode
 
 import cute_shard
 from cute_shard import integration
@@ -94,3 +100,45 @@ def test_no_recompile_when_only_the_batch_changes(
     assert counter.frame_count == 1
     # The strategies saw symbolic shapes, and propagated them without a data-dependent guard.
     assert any(isinstance(n, torch.SymInt) for shape in recorder.shapes for n in shape)
+
+
+def merge_uneven(x: torch.Tensor) -> torch.Tensor:
+    """(b, 6, 32) -> (b, 192) with the 6 sharded over 4 ranks (uneven): mesh dim 1 must be
+    gathered first."""
+    return x.reshape(x.shape[0], 6 * 32) * 2
+
+
+def make_uneven_input(mesh: DeviceMesh, batch: int) -> DTensor:
+    local = torch.arange(float(batch // 2 * 2 * 32)).reshape(batch // 2, 2, 32)  # rank 0: 2 of 6
+    return DTensor.from_local(
+        local,
+        mesh,
+        [Shard(0), Shard(1)],
+        run_check=False,
+        shape=torch.Size((batch, 6, 32)),
+        stride=(6 * 32, 32, 1),
+    )
+
+
+@pytest.mark.filterwarnings("ignore:Your compiler for AOTAutograd is returning a function")
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_a_reshape_that_needs_communication_compiles(mesh: DeviceMesh, dynamic: bool) -> None:
+    backend = AotEagerAndRecordGraphs()
+    compiled = torch.compile(merge_uneven, backend=backend, dynamic=dynamic)
+    for batch in [8, 16, 24] if dynamic else [8] * 3:
+        x = make_uneven_input(mesh, batch).requires_grad_()
+        got = compiled(x)
+        with CommDebugMode() as comm:
+            want = merge_uneven(x)
+        assert got.placements == want.placements == (Shard(0), Replicate())
+        assert got.shape == want.shape and got.device_mesh is mesh
+        got.sum().backward()
+        assert x.grad is not None and x.grad.placements == x.placements
+    assert len(backend.graphs) == 1
+    traced = [
+        node.target
+        for graph in backend.fw_graphs
+        for node in graph.graph.nodes
+        if "c10d_functional" in str(node.target) and "wait_tensor" not in str(node.target)
+    ]
+    assert len(traced) == comm.get_total_counts() == 1

@@ -16,11 +16,11 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
 from torch.distributed.tensor._op_schema import OpSchema, OpSpec, OpStrategy
-from torch.distributed.tensor.debug import _get_fast_path_sharding_prop_cache_stats
+from torch.distributed.tensor.debug import CommDebugMode, _get_fast_path_sharding_prop_cache_stats
 from torch.distributed.tensor.placement_types import _StridedShard
 
 import cute_shard
-from cute_shard import RedistributionRequired, integration
+from cute_shard import RedistributionRequired, integration, oracle, rules
 
 from .conftest import fake_world
 from .multirank_cases import OPS
@@ -73,8 +73,24 @@ DECOMPOSED_OPS = {
 }
 
 
+# The reshape family: CompositeImplicitAutograd ops that may copy and end in a strict view.
+# install() registers a MayCopy kernel for each at PythonTLSSnapshot (reshape_as calls reshape).
+MAY_COPY_OPS = {
+    aten.reshape.default,
+    aten.flatten.using_ints,
+    aten.unflatten.int,
+    aten.ravel.default,
+}
+
+
 def propagator() -> Any:
     return DTensor._op_dispatcher.sharding_propagator
+
+
+def has_kernel(op: Any) -> bool:
+    return torch._C._dispatch_has_kernel_for_dispatch_key(
+        op.name(), torch._C.DispatchKey.PythonTLSSnapshot
+    )
 
 
 def dtensor(
@@ -122,6 +138,8 @@ def test_install_replaces_exactly_the_view_ops_and_uninstall_restores_the_same_o
         assert isinstance(p.op_strategy_funcs[op], integration.ViewStrategy)
     for op in DECOMPOSED_OPS:
         assert isinstance(p.op_strategy_funcs[op], integration.Decompose)
+    assert {k.overload for k in integration.may_copy_kernels()} == MAY_COPY_OPS
+    assert all(has_kernel(op) for op in MAY_COPY_OPS)
     composite = COMPOSITE_VIEW_OPS | DECOMPOSED_OPS
     replaced = set(TORCH_VIEW_OPS) | composite
     others = {op: f for op, f in p.op_strategy_funcs.items() if op not in replaced}
@@ -135,6 +153,7 @@ def test_install_replaces_exactly_the_view_ops_and_uninstall_restores_the_same_o
     assert aten.view_as_complex.default not in p.op_strategy_funcs
     assert not composite & p.op_strategy_funcs.keys()
     assert p.op_to_schema_info == before_info
+    assert not any(has_kernel(op) for op in MAY_COPY_OPS)
 
 
 def test_install_and_uninstall_are_idempotent() -> None:
@@ -378,6 +397,12 @@ def test_a_strict_view_that_needs_communication_names_the_dims(mesh24: DeviceMes
     assert isinstance(cause, RedistributionRequired)
     assert [(b.tensor_dim, b.mesh_dim) for b in cause.blocked] == [(1, 1)]
     assert dt.redistribute(mesh24, cause.suggestion).view(16, 8, 32).placements == (Shard(0), Rep)
+    # The hint's other way out: reshape moves the same mesh dim and succeeds.
+    with CommDebugMode() as reshaped:
+        assert dt.reshape(16, 8, 32).placements == (Shard(0), Rep)
+    with CommDebugMode() as suggested:
+        dt.redistribute(mesh24, cause.suggestion)
+    assert reshaped.get_comm_counts() == suggested.get_comm_counts() != {}
 
 
 UNEVEN_RESHAPES = [
@@ -390,6 +415,7 @@ UNEVEN_RESHAPES = [
 ]
 
 
+@pytest.mark.parametrize("inference", [False, True], ids=["grad", "inference"])
 @pytest.mark.parametrize(("shape", "new", "mesh_shape", "placements"), UNEVEN_RESHAPES)
 def test_reshape_never_fails_on_a_legal_shape(
     world8: None,
@@ -397,14 +423,15 @@ def test_reshape_never_fails_on_a_legal_shape(
     new: tuple[int, ...],
     mesh_shape: tuple[int, ...],
     placements: tuple[Any, ...],
+    inference: bool,
 ) -> None:
-    """aten.reshape redistributes what must move and succeeds, also where torch 2.13 raises
-    "Cannot unflatten/flatten unevenly sharded tensor". (Under inference mode DTensor sees
-    aten.reshape; see the next test for grad mode.)"""
+    """reshape redistributes what must move and succeeds, also where torch 2.13 raises
+    "Cannot unflatten/flatten unevenly sharded tensor": under inference mode (DTensor sees
+    aten.reshape) and in grad mode (it sees aten.view, after the MayCopy kernel)."""
     mesh = init_device_mesh("cpu", mesh_shape)
     dt = dtensor(shape, mesh, placements)
     cute_shard.install()
-    with torch.inference_mode():
+    with torch.inference_mode(inference):
         out = dt.reshape(new)
     assert out.shape == torch.Size(new) and out.device_mesh is mesh
 
@@ -421,19 +448,6 @@ def test_torch_refuses_uneven_reshapes_outside_inference_mode(
     cute_shard.uninstall()
     with pytest.raises(RuntimeError, match=f"Cannot {word} unevenly sharded tensor"):
         dt.reshape(new)
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="Tensor.reshape is CompositeImplicitAutograd: outside inference mode it reaches "
-    "DTensor as aten.view (strict), so a reshape that needs communication raises the strict "
-    "view error instead of redistributing. A strategy cannot tell it from a user's .view().",
-)
-def test_reshape_redistributes_outside_inference_mode(world8: None) -> None:
-    mesh = init_device_mesh("cpu", (8,))
-    dt = dtensor((6, 256), mesh, (Shard(0),))
-    cute_shard.install()
-    assert dt.reshape(1536).placements == (Rep,)
 
 
 def test_view_as_complex_reduces_pending_max_first(mesh24: DeviceMesh) -> None:
@@ -481,3 +495,193 @@ def test_composite_view_ops_under_inference_mode(world8: None, name: str) -> Non
     shape, placements, fn = COMPOSITE_CASES[name]
     cute_shard.install()
     assert run_on_all_ranks(shape, placements, fn)
+
+
+# --------------------------------------------------------------------------------------------
+# The reshape family outside inference mode: the MayCopy kernels
+
+# (mesh, global shape, placements, op), each on 8 ranks. Each needs communication; in grad
+# mode DTensor sees only the strict aten.view that the op decomposes into.
+MAY_COPY_CASES: dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[Any, ...], Any]] = {
+    "reshape, uneven flatten": ((8,), (6, 256), (Shard(0),), lambda t: t.reshape(1536)),
+    "reshape, uneven unflatten": ((8,), (10, 12), (Shard(0),), lambda t: t.reshape(2, 5, 12)),
+    "reshape on 2x4": ((2, 4), (8, 16, 32), (Shard(0), Shard(1)), lambda t: t.reshape(16, 8, 32)),
+    # Not viewable: reshape decomposes into clone + _unsafe_view.
+    "reshape of a transpose": ((8,), (4, 6), (Shard(1),), lambda t: t.t().reshape(24)),
+    "reshape_as": ((8,), (6, 256), (Shard(0),), lambda t: t.reshape_as(torch.empty(1536))),
+    "flatten": ((2, 4), (6, 3, 4), (Shard(0), Shard(1)), lambda t: t.flatten(1, 2)),
+    "torch.flatten": ((2, 4), (6, 3, 4), (Shard(1), Shard(0)), lambda t: torch.flatten(t, 0, 1)),
+    "nn.Flatten": ((8,), (3, 4, 6), (Shard(1),), torch.nn.Flatten(0)),
+    "unflatten": ((8,), (12, 6), (Shard(0),), lambda t: t.unflatten(0, (3, 4))),
+    "ravel": ((2, 4), (6, 8), (Shard(1), Shard(0)), torch.ravel),
+}
+
+
+def engine_target(dt: DTensor, out_shape: tuple[int, ...]) -> tuple[Any, ...]:
+    """The engine's (non-strict) input target for a view of ``dt`` to ``out_shape``."""
+    shape = tuple(dt.shape)
+    rule = rules.view_groups(shape, out_shape)
+    target, _ = cute_shard.propagate_shape_and_sharding(
+        dt.placements, shape, rule, tuple(dt.device_mesh.shape), complex_view=False
+    )
+    return tuple(target)
+
+
+@pytest.mark.parametrize("name", MAY_COPY_CASES)
+def test_reshape_family_redistributes_what_the_engine_moves(world8: None, name: str) -> None:
+    """In grad mode: the op succeeds on the caller's mesh, communicating exactly what
+    redistributing the input to the engine's input target takes (and that is not nothing);
+    the output is what the view gives after that redistribution."""
+    mesh_shape, shape, placements, fn = MAY_COPY_CASES[name]
+    mesh = init_device_mesh("cpu", mesh_shape)
+    cute_shard.install()
+    dt = dtensor(shape, mesh, placements)
+    with CommDebugMode() as comm:
+        out = fn(dt)
+    if name == "reshape of a transpose":
+        dt = dt.t()  # the transpose is free; the reshape's input is this
+    out_shape = tuple(fn(torch.empty(shape)).shape)
+    target = engine_target(dt, out_shape)
+    assert target != dt.placements
+    with CommDebugMode() as implied:
+        moved = dt.redistribute(mesh, target)
+    assert comm.get_comm_counts() == implied.get_comm_counts() != {}
+    assert tuple(out.shape) == out_shape and out.device_mesh is mesh
+    assert out.placements == moved.reshape(out_shape).placements
+    assert oracle.is_canonical(out.placements)
+
+
+def on_all_ranks(
+    mesh_shape: tuple[int, ...], shape: tuple[int, ...], placements: tuple[Any, ...], fn: Any
+) -> tuple[bool, bool]:
+    """Run ``fn`` in grad mode on every rank of a simulated 8-rank mesh (LocalTensorMode) and
+    backward through ``(fn(x) * w).sum()``. Says whether ``full_tensor()`` of the output and of
+    the input's gradient equal plain torch's on every rank."""
+    from torch.distributed._local_tensor import LocalTensorMode
+    from torch.distributed.tensor import distribute_tensor
+
+    g = torch.arange(float(torch.Size(shape).numel())).reshape(shape)
+    plain = g.clone().requires_grad_()
+    want = fn(plain)
+    w = torch.arange(float(want.numel())).reshape(want.shape) + 1
+    (want * w).sum().backward()
+    with LocalTensorMode(frozenset(range(8))):
+        mesh = init_device_mesh("cpu", mesh_shape)
+        x = distribute_tensor(g, mesh, list(placements), src_data_rank=None).requires_grad_()
+        out = fn(x)
+        weights = distribute_tensor(w, mesh, [Rep] * len(mesh_shape), src_data_rank=None)
+        (out * weights).sum().backward()
+        got, grad = out.full_tensor(), x.grad.full_tensor()
+
+    def everywhere(t: torch.Tensor, expected: torch.Tensor) -> bool:
+        per_rank = getattr(t, "_local_tensors", {0: t})
+        return all(torch.equal(r, expected) for r in per_rank.values())
+
+    return everywhere(got, want.detach()), everywhere(grad, plain.grad)
+
+
+@pytest.mark.parametrize("name", MAY_COPY_CASES)
+def test_reshape_family_data_and_gradients_on_every_rank(world8: None, name: str) -> None:
+    cute_shard.install()
+    assert on_all_ranks(*MAY_COPY_CASES[name]) == (True, True)
+
+
+def test_gradients_are_torchs_where_torch_handles_the_reshape(world8: None) -> None:
+    """Backward through reshapes that need no communication: the same with and without
+    install() (and equal to plain torch)."""
+    cases = [
+        ((2, 4), (8, 16, 32), (Shard(0), Rep), lambda t: t.reshape(128, 32)),
+        ((2, 4), (8, 16, 32), (Shard(0), Shard(2)), lambda t: t.flatten(0, 1)),
+        ((8,), (16, 6), (Shard(0),), lambda t: t.unflatten(0, (8, 2))),
+    ]
+    for case in cases:
+        cute_shard.uninstall()
+        assert on_all_ranks(*case) == (True, True)
+        cute_shard.install()
+        assert on_all_ranks(*case) == (True, True)
+
+
+def test_merging_a_sharded_trailing_size_two_dim_needs_no_communication(
+    mesh24: DeviceMesh,
+) -> None:
+    """The kernels ask the engine about a real view: a trailing size-2 dim is not a
+    (real, imag) pair that view_as_complex would need whole on one rank."""
+    cute_shard.install()
+    dt = dtensor((4, 2), mesh24, (Shard(1), Shard(0)))
+    with CommDebugMode() as comm:
+        out = dt.flatten()
+    assert comm.get_total_counts() == 0
+    assert out.placements == (_StridedShard(0, split_factor=4), Shard(0))
+
+
+def test_reshapes_inside_other_ops_redistribute_too(world8: None) -> None:
+    """matmul folds a 3-D input with reshape (torch's C++ calls it through the dispatcher):
+    a batch sharded unevenly, which torch and a strict view refuse to flatten, is gathered."""
+    weight = torch.arange(32.0).reshape(8, 4)
+
+    def matmul(t: torch.Tensor) -> torch.Tensor:
+        if isinstance(t, DTensor):
+            from torch.distributed.tensor import distribute_tensor
+
+            return t @ distribute_tensor(weight, t.device_mesh, [Rep], src_data_rank=None)
+        return t @ weight
+
+    cute_shard.install()
+    assert on_all_ranks((8,), (3, 5, 8), (Shard(0),), matmul) == (True, True)
+
+
+def test_view_stays_strict_where_reshape_redistributes(mesh24: DeviceMesh) -> None:
+    cute_shard.install()
+    dt = dtensor((6, 8), mesh24, (Shard(1), Shard(0)))
+    with pytest.raises(RuntimeError) as info:
+        dt.view(48)
+    assert isinstance(info.value.__cause__, RedistributionRequired)
+    assert dt.reshape(48).shape == (48,)
+
+
+def test_only_reshape_family_calls_on_dtensors_reach_the_kernels(
+    mesh24: DeviceMesh, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Plain tensors and every other DTensor op never enter Python for a MayCopy kernel (the
+    key is one only tensor subclasses and dispatch modes carry)."""
+    cute_shard.install()
+    reached: list[Any] = []
+    real_call = integration.MayCopy.__call__
+
+    def spy(self: integration.MayCopy, *args: Any, **kwargs: Any) -> Any:
+        reached.append(self.overload)
+        return real_call(self, *args, **kwargs)
+
+    monkeypatch.setattr(integration.MayCopy, "__call__", spy)
+    plain = torch.arange(48.0).reshape(6, 8)
+    plain.reshape(48), plain.flatten(), plain.unflatten(1, (2, 4)), torch.ravel(plain)
+    dt = dtensor((8, 6), mesh24, (Shard(0), Rep))
+    dt.view(48), dt + dt, dt.sum(), dt.permute(1, 0), dt.unsqueeze(0), dt.transpose(0, 1)
+    assert reached == []
+    dt.reshape(48), dt.flatten(), dt.unflatten(1, (2, 3)), torch.ravel(dt), dt.reshape_as(dt)
+    assert reached == [
+        aten.reshape.default,
+        aten.flatten.using_ints,
+        aten.unflatten.int,
+        aten.ravel.default,
+        aten.reshape.default,
+    ]
+
+
+@pytest.mark.parametrize(
+    ("fn", "error", "message"),
+    [
+        (lambda t: t.reshape(5), RuntimeError, r"shape '\[5\]' is invalid for input of size 48"),
+        (lambda t: t.flatten(1, 0), RuntimeError, "start_dim cannot come after end_dim"),
+        (lambda t: t.unflatten(0, (4, 4)), RuntimeError, "unflatten: Provided sizes"),
+        (lambda t: t.flatten(0, 5), IndexError, "Dimension out of range"),
+    ],
+)
+def test_illegal_arguments_raise_torchs_error_without_communicating(
+    mesh24: DeviceMesh, fn: Any, error: type[Exception], message: str
+) -> None:
+    cute_shard.install()
+    dt = dtensor((6, 8), mesh24, (Shard(1), Shard(0)))
+    with CommDebugMode() as comm, pytest.raises(error, match=message):
+        fn(dt)
+    assert comm.get_total_counts() == 0
