@@ -144,9 +144,10 @@ def fast_propagate(
         used = _split_group(shape, rule, source, ids, used, dims, mesh, out)
         if used < 0:
             return None
-    for d in range(ndim):  # an input dim the rule drops must be an unsharded size-1 dim
-        if not used >> d & 1 and (shape[d] != 1 or d in dims):
-            return None
+    if used != (1 << ndim) - 1:  # an input dim the rule drops must be an unsharded size-1 dim
+        for d in range(ndim):
+            if not used >> d & 1 and (shape[d] != 1 or d in dims):
+                return None
     return tuple(out)
 
 
@@ -413,6 +414,8 @@ def search_moves(
     found = failures(placements, shape, rule, mesh, complex_view)
     if not found:
         return None
+    # Once the pairs dim is replicated, an answer is valid for both readings of the rule.
+    cv = None if complex_view is not False and complex_pair_dim(rule, shape) is not None else False
     direct = found & ~OPTIONAL
     if direct:
         steps = [direct]
@@ -429,10 +432,10 @@ def search_moves(
         for m in range(len(target)):
             if moved >> m & 1:
                 target[m] = _REPLICATE
-        out = fast_propagate(target, shape, rule, mesh, False)
+        out = fast_propagate(target, shape, rule, mesh, cv)
         if out is not None:
             return tuple(target), out
-        if not failures(target, shape, rule, mesh, False):
+        if not failures(target, shape, rule, mesh, cv):
             return None  # the general engine may succeed where the hot path gives up
     # The rest of the search, in the general engine's order (rarely reached).
     sharded_dims = [
@@ -460,10 +463,10 @@ def search_moves(
         target = list(placements)
         for m in subset:
             target[m] = _REPLICATE
-        out = fast_propagate(target, shape, rule, mesh, False)
+        out = fast_propagate(target, shape, rule, mesh, cv)
         if out is not None:
             return tuple(target), out
-        if not failures(target, shape, rule, mesh, False):
+        if not failures(target, shape, rule, mesh, cv):
             return None
     return None
 
@@ -493,9 +496,10 @@ def failures(
     It follows the general engine step by step, with int tuples for leaves: the layout
     (``carve``, ``coalesce_leaves``), the routing of each group (``_take``, innermost piece
     first; a group stops at its first problem), and the read-back. Covered: static sizes
-    >= 1, no sharded size-1 mesh dim, a layout that exists, no ``Repeat``, the ``Split``s of
-    a source next to each other in the rule (as every builder makes them), and no
-    ``view_as_complex`` reading.
+    >= 1, no sharded size-1 mesh dim, a layout that exists, no ``Repeat``, and the ``Split``s
+    of a source next to each other in the rule (as every builder makes them). A rule that
+    may be ``view_as_complex``'s fails the mesh dims sharding its (real, imag) pairs, as in
+    the general engine.
     """
     ndim = len(shape)
     if len(placements) != len(mesh):
@@ -509,8 +513,11 @@ def failures(
     dims = _shard_dims(placements, ndim, mesh)
     if not dims:
         return 0
+    failed = 0
     if complex_view is not False and complex_pair_dim(rule, shape) is not None:
-        return 0
+        # It may be view_as_complex: a mesh dim sharding the (real, imag) pairs fails.
+        for m, _ in dims.get(ndim - 1, ()):
+            failed |= 1 << m
     leaves: dict[int, list[_Leaf]] = {}
     for d, steps in dims.items():
         dim: list[_Leaf] = [(shape[d], LOCAL, 0)] if shape[d] != 1 else []
@@ -520,7 +527,6 @@ def failures(
                 return 0
             dim = carved
         leaves[d] = dim
-    failed = 0
     used = 0
     source: DimSpec | None = None  # the Split group being collected
     ids: list[tuple[int, int]] = []
