@@ -25,6 +25,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+import sympy
 import torch
 from hypothesis import event, given
 from hypothesis import strategies as st
@@ -174,6 +175,10 @@ def _check(data: st.DataObject, *, batch: bool) -> None:
         )
         if want_err is not None:
             assert strict and isinstance(want_err, cute_shard.RedistributionRequired), say
+            if got_err is None:  # only where the concrete rule may be view_as_complex's
+                want, _ = _run(placements, hshape, hint_rule, mesh, False)
+                _explained(placements, shape, hshape, hint_args, build, got, want, mesh, True, say)
+                continue
             assert isinstance(got_err, cute_shard.RedistributionRequired), say
             continue
         if strict and isinstance(got_err, cute_shard.RedistributionRequired):
@@ -197,26 +202,38 @@ def _explained(
     strict: bool,
     say: str,
 ) -> None:
-    """The one known, explained difference from the concrete answer (an xfail by name):
+    """The two known, explained differences from the concrete answer (xfails by name):
 
-    the concrete answer holds at the hints only because the exact uneven-size fallback proved it
-    for those sizes, and the mesh dim shards a dim that the view mixes with a symbolic size.
-    Whether ``torch.chunk`` leaves the same ragged pieces then depends on the symbol's value, so
-    the symbolic answer replicates that mesh dim (and only such mesh dims). It must still be a
-    valid answer at the hints.
+    - the concrete answer holds at the hints only because the exact uneven-size fallback proved
+      it for those sizes, and the mesh dim shards a dim that the view mixes with a symbolic
+      size. Whether ``torch.chunk`` leaves the same ragged pieces then depends on the symbol's
+      value, so the symbolic answer replicates that mesh dim (and only such mesh dims);
+    - the concrete rule ends in ``flat(.., d(n-1))`` with a last dim of int size 2, so it may be
+      ``view_as_complex``'s and the concrete answer moves the mesh dims on the (real, imag)
+      pairs; with a symbolic last dim it cannot be, and the symbolic answer may keep them.
+
+    Either way the symbolic answer must be valid at the hints.
     """
     from cute_shard.engine import placements_to_layout
+    from cute_shard.engine.fast import complex_pair_dim
     from cute_shard.oracle import check_op
 
-    assert placements_to_layout(hshape, placements, mesh) is None, "not uneven at the hints\n" + say
-    for g, w in zip(got[0], want[0], strict=True):
-        if g != w:
+    differ = [(g, w) for g, w in zip(got[0], want[0], strict=True) if g != w]
+    kept = [g for g, w in differ if w.is_replicate()]  # only the symbolic answer keeps
+    moved = [(g, w) for g, w in differ if not w.is_replicate()]
+    if kept:  # the concrete rule's last dim is the int 2: view_as_complex needs whole pairs
+        assert complex_pair_dim(build(*hint_args), hshape) is not None, say
+        assert isinstance(shape[-1], torch.SymInt), say
+        event("explained: the concrete rule may be view_as_complex's, the symbolic one not")
+    if moved or not kept:
+        assert placements_to_layout(hshape, placements, mesh) is None, "not uneven at hints\n" + say
+        for g, w in moved:
             assert g.is_replicate(), say
             assert isinstance(w, (Shard, _StridedShard)), say
+        event("explained: uneven at the hints and mixed with a symbolic size (replicated)")
     op, args = _oracle_op(build, hint_args)
     verdict = check_op(hshape, op, args, got[0], _concrete(got[1]), mesh, strict_view=strict)
     assert verdict.ok, f"symbolic answer invalid at the hints: {verdict.reason}\n{say}"
-    event("explained: uneven at the hints and mixed with a symbolic size (replicated)")
 
 
 def _oracle_op(build: Callable[..., R.Rule], hint_args: tuple[Any, ...]) -> tuple[str, Any]:
@@ -246,3 +263,69 @@ def test_symint_batch_dims_unsharded_equal_concrete(data: st.DataObject) -> None
 @given(st.data())
 def test_symint_sharded_dims_equal_concrete(data: st.DataObject) -> None:
     _check(data, batch=False)
+
+
+# --------------------------------------------------------------------------------------------
+# Property 6b: the symbolic answer holds for every value of the symbols that its guards allow
+
+
+def _at(x: Any, values: dict[Any, Any]) -> Any:
+    """``x`` (an int, a SymInt, or a nested tuple of them) with the symbols set to ``values``
+    (its expression as the ShapeEnv now has it: a guarded equality may have replaced a symbol)."""
+    if isinstance(x, tuple):
+        return tuple(_at(v, values) for v in x)
+    if isinstance(x, torch.SymInt):
+        v = x.node.expr.xreplace(values)
+        return int(v) if v.is_Integer else None
+    return x
+
+
+def _placements_at(placements: tuple[Placement, ...], values: dict[Any, Any]) -> Any:
+    out = []
+    for p in placements:
+        if isinstance(p, _StridedShard) and isinstance(p.split_factor, torch.SymInt):
+            sf = _at(p.split_factor, values)
+            if sf is None:
+                return None
+            p = Shard(p.dim) if sf == 1 else _StridedShard(p.dim, split_factor=sf)
+        out.append(p)
+    return tuple(out)
+
+
+@ENGINE
+@given(st.data())
+def test_symint_answer_holds_where_its_guards_allow(data: st.DataObject) -> None:
+    """Checked with the oracle at other values of the symbols (2..7) that satisfy every guard the
+    ShapeEnv holds after the call: an answer that rests on a hint without guarding the fact
+    would be wrong for some of them."""
+    from cute_shard.oracle import check_op
+
+    env, (shape, hshape, build, sym_args, _), label = data.draw(symbolic_case())
+    try:
+        sym_rule = build(*sym_args)
+    except R.UndecidableRule:
+        return
+    mesh = data.draw(st.sampled_from(MESHES))
+    placements = data.draw(placements_for(hshape, mesh))
+    exprs = [n.node.expr for n in shape if isinstance(n, torch.SymInt)]  # before any guard
+    target, out = engine()(placements, shape, sym_rule, mesh)
+    guards = [g.expr for g in env.guards]
+    symbols = sorted({s for e in exprs + guards for s in e.free_symbols}, key=str)
+    checked = 0
+    for _ in range(3):
+        values = {s: sympy.Integer(data.draw(st.integers(2, 7), label=str(s))) for s in symbols}
+        if not all(bool(g.xreplace(values)) for g in guards):
+            continue  # a value the guards exclude: a compiled program would recompile
+        at_shape, at_args = _at(shape, values), _at(sym_args, values)
+        at_out = _placements_at(out, values)
+        if None in at_shape or at_out is None or math.prod(at_shape) > 4096:
+            continue
+        op, args = _oracle_op(build, at_args)
+        verdict = check_op(at_shape, op, args, target, at_out, mesh, strict_view=False)
+        assert verdict.ok, (
+            f"{label} shape={shape} at {values} = {at_shape}, mesh={mesh}, "
+            f"placements={list(placements)}, rule={R.format_rule(sym_rule)}, guards={guards}\n"
+            f"  answer {target} -> {out} is invalid there: {verdict.reason}"
+        )
+        checked += 1
+    event(f"checked at {checked} other values")

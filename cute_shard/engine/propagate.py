@@ -28,7 +28,7 @@ from torch.distributed.tensor.placement_types import Partial, Placement
 from ..rules import Broadcast, DimSpec, Flatten, InputDim, Repeat
 from .compose import _rule_groups_cached, compose_view, rule_groups
 from .errors import Blocked, RedistributionRequired
-from .fast import complex_pair_dim, fast_answer, fast_propagate
+from .fast import complex_pair_dim, fast_propagate, search_moves
 from .sharded import (
     MeshPlacement,
     layout_to_placements,
@@ -36,7 +36,8 @@ from .sharded import (
     placements_to_layout,
     to_torch_placement,
 )
-from .sizes import Size, is_one, is_static
+from .sizes import Size, Sym, is_one, is_static
+from .symbolic import propagate_symbolic
 
 __all__ = ["cache_clear", "propagate_shape_and_sharding"]
 
@@ -70,19 +71,18 @@ def propagate_shape_and_sharding(
     shape = global_shape if type(global_shape) is tuple else tuple(global_shape)
     mesh = mesh_shape if type(mesh_shape) is tuple else tuple(mesh_shape)
     ours = _as_rule(rule if type(rule) is tuple else tuple(rule))
-    if strict_view:  # a view that must move raises, with reasons: the general engine's
-        fast = fast_propagate(placements, shape, ours, mesh, complex_view)
-        if fast is not None:  # the common even, zero-communication view
-            return tuple(placements), fast
-    else:
-        answer = fast_answer(placements, shape, ours, mesh, complex_view)
+    fast = fast_propagate(placements, shape, ours, mesh, complex_view)
+    if fast is not None:  # the common even, zero-communication view
+        return tuple(placements), fast
+    if not strict_view:  # (a strict view that must move raises, with the general engine's reasons)
+        answer = search_moves(placements, shape, ours, mesh, complex_view)
         if answer is not None:
             return answer
     norm = normalize_placements(placements, len(shape), mesh)
     if all(is_static(n) for n in shape):
         target, out, blocked = _propagate_cached(norm, shape, ours, mesh, complex_view)
     else:  # SymInt sizes are not hashable: no cache
-        target, out, blocked = _propagate(norm, shape, ours, mesh, complex_view)
+        target, out, blocked = propagate_symbolic(norm, shape, ours, mesh, complex_view)
     if blocked and strict_view:
         raise RedistributionRequired(blocked, tuple(_merge_target(placements, target)))
     return tuple(_merge_target(placements, target)), tuple(to_torch_placement(p) for p in out)
@@ -439,11 +439,19 @@ def _uneven(
 def _hints(shape: tuple[Size, ...]) -> tuple[int, ...] | None:
     out = []
     for n in shape:
-        hint = n if is_static(n) else getattr(n.node, "hint", None)
+        hint = _hint(n)
         if hint is None:
             return None
-        out.append(int(hint))
+        out.append(hint)
     return tuple(out)
+
+
+def _hint(n: Size) -> int | None:
+    """A size's value at the hints (a SymInt's, or a ``Sym``'s), None for an unbacked one."""
+    if is_static(n):
+        return n  # type: ignore[no-any-return]
+    hint = n.hint if isinstance(n, Sym) else getattr(n.node, "hint", None)
+    return None if hint is None else int(hint)
 
 
 def _symbolic(
@@ -466,12 +474,19 @@ def _symbolic(
     """
     from ..rules import map_sizes
 
+    if any(_hint(n) is None for n in _rule_sizes(rule)):
+        return _replicate_all(norm)
     symbolic_dims = _symbolic_groups(shape, rule)
+    # A symbolic split factor chunks its dim differently for other values: it moves too.
     keep = tuple(
-        p if not isinstance(p, tuple) or mesh[m] == 1 or p[0] not in symbolic_dims else None
+        p
+        if not isinstance(p, tuple)
+        or mesh[m] == 1
+        or (p[0] not in symbolic_dims and is_static(p[1]))
+        else None
         for m, p in enumerate(norm)
     )
-    hint_rule = map_sizes(rule, lambda n: n if is_static(n) else int(n.node.hint))
+    hint_rule = map_sizes(rule, _hint)
     target, out, blocked = _uneven(keep, hints, hint_rule, mesh, complex_view)
     why = (
         "the view mixes it with symbolic sizes, and its shard sizes cannot be proven to "
@@ -481,6 +496,26 @@ def _symbolic(
         Blocked(m, p[0], why) for m, (p, k) in enumerate(zip(norm, keep, strict=True)) if p != k
     )
     return target, out, tuple(sorted(moved + blocked, key=lambda b: b.mesh_dim))
+
+
+def _rule_sizes(rule: tuple[DimSpec, ...]) -> list[Size]:
+    from ..rules import Broadcast as B
+    from ..rules import NewDim, Repeat, Split
+
+    out: list[Size] = []
+    stack = list(rule)
+    while stack:
+        spec = stack.pop()
+        if isinstance(spec, Split):
+            out.extend(spec.group_shape)
+        elif isinstance(spec, B):
+            out.append(spec.dim_size)
+        elif isinstance(spec, Repeat):
+            out.append(spec.times)
+        elif isinstance(spec, NewDim):
+            out.append(spec.size)
+        stack.extend(spec.inputs())
+    return out
 
 
 def _symbolic_groups(shape: tuple[Size, ...], rule: tuple[DimSpec, ...]) -> set[int]:

@@ -4,8 +4,9 @@ Rule builders compare sizes (``s == 1``, ``f == t``, ``t > f`` ...).  For plain
 ints that is ordinary Python.  For ``torch.SymInt`` sizes, converting a
 comparison to ``bool`` would make the ``ShapeEnv`` install a guard (and, for
 unbacked symbols, raise a data-dependent error).  Instead every comparison here
-is asked of ``statically_known_true`` in both polarities, which never installs
-a guard:
+is decided for every value of the symbols: by the sizes' structure where it
+settles it (see *Speed* below), else by ``statically_known_true`` in both
+polarities, which never installs a guard:
 
 * provably true   -> ``True``
 * provably false  -> ``False``
@@ -25,12 +26,27 @@ Example (inside a ShapeEnv where ``s0`` has hint 4, range ``[2, inf)``)::
     decide_eq(s0, 1, "squeeze")       # False: s0 >= 2 is known statically
     decide_eq(s0 * s1, s1 * s0, "x")  # True: the expressions are identical
     decide_eq(s0, s1, "view_groups")  # raises UndecidableRule
+
+Speed: asking the ``ShapeEnv`` costs a sympy simplification (~0.1-2 ms). Most sizes are
+monomials, products of an int and symbols, and most questions about them are settled by their
+structure alone, so :class:`Codes` answers those first and the ``ShapeEnv`` is asked only about
+the rest. ``Codes`` writes a monomial as one int: the symbols of a call are numbered with
+distinct primes above ``2**64`` (every int factor is below it), so ``c * s0**2 * s1`` becomes
+``c * p0**2 * p1``. By unique factorisation, code(a) divides code(b) exactly when ``b/a`` is an
+int times a product of symbols, i.e. ``a`` divides ``b`` for every value of the symbols; and
+with the symbols' lower bounds (``s0 >= 2``) ``b = a * r`` is provably larger when ``r >= 2``::
+
+    codes = Codes()
+    a, b = codes.code(s0), codes.code(4 * s0 * s1)   # p0, 4*p0*p1
+    codes.gt(b, a)                                    # True: b = a * 4*s1 and 4*s1 >= 8
+    codes.eq(codes.code(s0), codes.code(s1))          # None: not decided by the structure
 """
 
 from __future__ import annotations
 
 import operator
 import sys
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 if TYPE_CHECKING:
@@ -41,6 +57,7 @@ else:
     Size: TypeAlias = Any
 
 __all__ = [
+    "Codes",
     "Size",
     "UndecidableRule",
     "as_dim",
@@ -94,9 +111,17 @@ def decide_eq(a: Size, b: Size, op: str) -> bool:
     """Decide ``a == b`` without guards; raise :class:`UndecidableRule` if unknown."""
     if type(a) is int and type(b) is int:
         return a == b
-    if _statically_known_true(a == b):
+    codes = Codes()
+    ca, cb = codes.code(a), codes.code(b)
+    decided = None if ca is None or cb is None else codes.eq(ca, cb)
+    if decided is not None:
+        return decided
+    # A polarity that is false at the hints cannot be provable: skip asking for it.
+    ha, hb = _hint_of(a), _hint_of(b)
+    same = None if ha is None or hb is None else ha == hb
+    if same is not False and _statically_known_true(a == b):
         return True
-    if _statically_known_true(a != b):
+    if same is not True and _statically_known_true(a != b):
         return False
     raise UndecidableRule(op, f"{a} == {b}")
 
@@ -105,11 +130,253 @@ def decide_gt(a: Size, b: Size, op: str) -> bool:
     """Decide ``a > b`` without guards; raise :class:`UndecidableRule` if unknown."""
     if type(a) is int and type(b) is int:
         return a > b
+    codes = Codes()
+    ca, cb = codes.code(a), codes.code(b)
+    decided = None if ca is None or cb is None else codes.gt(ca, cb)
+    if decided is not None:
+        return decided
     if _statically_known_true(a > b):
         return True
     if _statically_known_true(a <= b):
         return False
     raise UndecidableRule(op, f"{a} > {b}")
+
+
+def _hint_of(x: Size) -> int | None:
+    if type(x) is int:
+        return x
+    hint = getattr(getattr(x, "node", None), "hint", None)
+    return hint if type(hint) is int else None
+
+
+# ---------------------------------------------------------------------------
+# Monomial codes
+# ---------------------------------------------------------------------------
+
+LIMIT = 1 << 64
+"""Every int factor of a coded size is below this; atoms are numbered with primes above it.
+So a code below ``LIMIT`` is a plain int."""
+
+# The first 32 primes above LIMIT (``tests/rules/test_rules_symint.py`` checks them): a call
+# whose sizes hold more distinct atoms than this is not coded (it asks the ShapeEnv instead).
+_PRIMES = (
+    18446744073709551629, 18446744073709551653, 18446744073709551667, 18446744073709551697,
+    18446744073709551709, 18446744073709551757, 18446744073709551923, 18446744073709551947,
+    18446744073709552009, 18446744073709552109, 18446744073709552157, 18446744073709552213,
+    18446744073709552253, 18446744073709552267, 18446744073709552333, 18446744073709552357,
+    18446744073709552361, 18446744073709552373, 18446744073709552421, 18446744073709552423,
+    18446744073709552501, 18446744073709552541, 18446744073709552577, 18446744073709552597,
+    18446744073709552613, 18446744073709552621, 18446744073709552697, 18446744073709552729,
+    18446744073709552859, 18446744073709552901, 18446744073709552957, 18446744073709552969,
+)  # fmt: skip
+
+
+class Codes:
+    """One call's sizes as monomial codes (see the module docstring), with what is known about
+    each atom.
+
+    An *atom* is a symbol of the ``ShapeEnv`` or, for a size that is not a monomial (e.g.
+    ``s0//2``), the whole expression. ``code(x)`` is None for what cannot be coded: a
+    negative or huge int, or a SymInt of another ``ShapeEnv``. All SymInts of one ``Codes``
+    must come from one ``ShapeEnv``, since atoms are told apart by their sympy expression.
+
+    ``eq`` and ``gt`` answer True/False only when the structure proves it for every value the
+    atoms' ranges allow (lower bounds from the ``ShapeEnv``), else None. ``size`` turns a
+    code back into an int or a SymInt (the caller's own object where one had that code).
+    """
+
+    __slots__ = ("_by_expr", "_lower", "_names", "atoms", "env", "hints", "info", "originals")
+
+    def __init__(self) -> None:
+        self.env: Any = None
+        self.atoms: dict[Any, int] = {}  # sympy expr of an atom -> its prime
+        # prime -> (its atom's expr, hint, lower bound)
+        self.info: dict[int, tuple[Any, int | None, int | None]] = {}
+        self.originals: dict[int, Any] = {}  # code -> the first SymInt seen with it
+        self.hints: dict[int, int | None] = {}  # code -> its value at the hints, once known
+        self._by_expr: dict[Any, int | None] = {}
+        self._lower: dict[int, int | None] = {}
+        self._names: dict[int, str] = {}
+
+    def code(self, x: object) -> int | None:
+        if type(x) is int:
+            return x if 0 <= x < LIMIT else None
+        node = getattr(x, "node", None)
+        env = getattr(node, "shape_env", None)
+        if env is None or not is_symint(x):
+            return None
+        if self.env is None:
+            self.env = env
+        elif env is not self.env:
+            return None
+        expr = node.expr  # type: ignore[union-attr]
+        if expr in self._by_expr:
+            c = self._by_expr[expr]
+        else:
+            c = self._by_expr[expr] = self._parse(expr, node)
+        if c is not None and c >= LIMIT and c not in self.originals:
+            self.originals[c] = x
+            hint = node.hint  # type: ignore[union-attr]
+            self.hints[c] = hint if type(hint) is int else None
+        return c
+
+    def codes(self, xs: Sequence[object]) -> list[int] | None:
+        out = []
+        for x in xs:
+            c = self.code(x)
+            if c is None:
+                return None
+            out.append(c)
+        return out
+
+    def _parse(self, expr: Any, node: Any) -> int | None:
+        if expr.is_Integer:
+            v = int(expr)
+            return v if 0 <= v < LIMIT else None
+        if expr.is_Symbol:
+            return self._atom(expr, None)
+        if expr.is_Mul or expr.is_Pow:
+            c: int | None = 1
+            for a in expr.args if expr.is_Mul else (expr,):
+                if a.is_Symbol:
+                    p = self._atom(a, None)
+                elif a.is_Integer and 0 < int(a) < LIMIT:
+                    p = int(a)
+                elif a.is_Pow and a.base.is_Symbol and a.exp.is_Integer and int(a.exp) > 0:
+                    p = self._atom(a.base, None)
+                    p = None if p is None else p ** int(a.exp)
+                else:
+                    break
+                if p is None:
+                    return None
+                c *= p
+            else:
+                return c
+        return self._atom(expr, node)  # not a monomial: the whole expression is one atom
+
+    def _atom(self, expr: Any, node: Any) -> int | None:
+        p = self.atoms.get(expr)
+        if p is not None:
+            return p
+        if len(self.atoms) == len(_PRIMES):
+            return None
+        p = self.atoms[expr] = _PRIMES[len(self.atoms)]
+        hint: int | None
+        lower: int | None = None
+        if node is None:  # a symbol: its hint and range from the ShapeEnv
+            val = self.env.backed_var_to_val.get(expr)
+            hint = int(val) if val is not None and val.is_Integer else None
+            rng = self.env.var_to_range.get(expr)
+            if rng is not None and rng.lower.is_Integer:
+                lower = int(rng.lower)
+        else:
+            hint = node.hint if type(node.hint) is int else None
+        self.info[p] = (expr, hint, lower)
+        return p
+
+    def factor(self, code: int) -> tuple[int, list[tuple[int, int]]]:
+        """``(int factor, [(atom prime, exponent), ...])`` of a code."""
+        atoms = []
+        if code >= LIMIT:
+            for p in self.info:
+                e = 0
+                while code % p == 0:
+                    code //= p
+                    e += 1
+                if e:
+                    atoms.append((p, e))
+        return code, atoms
+
+    def hint(self, code: int) -> int | None:
+        """The code's value at the hints, None if an atom has no hint (unbacked)."""
+        if code in self.hints:
+            return self.hints[code]
+        c, atoms = self.factor(code)
+        for p, e in atoms:
+            h = self.info[p][1]
+            if h is None:
+                return None
+            c *= h**e
+        return c
+
+    def lower(self, code: int) -> int | None:
+        """A lower bound of the code's value (None: none known, e.g. an opaque atom)."""
+        if code < LIMIT:
+            return code
+        if code in self._lower:
+            return self._lower[code]
+        c: int | None
+        c, atoms = self.factor(code)
+        for p, e in atoms:
+            lo = self.info[p][2]
+            if lo is None or lo < 0:
+                c = None
+                break
+            c *= lo**e
+        self._lower[code] = c
+        return c
+
+    def gt(self, a: int, b: int) -> bool | None:
+        """``a > b`` for every admissible value (True), ``a <= b`` for every one (False),
+        or None. Decided when one code is a multiple of the other."""
+        if a == b:
+            return False
+        if b and a % b == 0:  # a = b * r
+            lo_b, lo_r = self.lower(b), self.lower(a // b)
+            if lo_b is not None and lo_b >= 1 and lo_r is not None and lo_r >= 2:
+                return True
+        if a and b % a == 0:  # b = a * r
+            lo_a, lo_r = self.lower(a), self.lower(b // a)
+            if lo_a is not None and lo_r is not None and lo_r >= 1:
+                return False
+        if b == 0:  # a > 0 when its lower bound is
+            lo_a = self.lower(a)
+            return True if lo_a is not None and lo_a >= 1 else None
+        if a == 0:  # 0 > b never holds for a size b >= 0
+            return False
+        return None
+
+    def eq(self, a: int, b: int) -> bool | None:
+        """``a == b`` for every admissible value (True), for none (False), or None."""
+        if a == b:
+            return True
+        if b < 2 <= a:  # the common "is it 1" / "is it 0": a symbolic size against its bound
+            lo = self.lower(a)
+            return False if lo is not None and lo > b else None
+        if self.gt(a, b) or self.gt(b, a):
+            return False
+        return None
+
+    def size(self, code: int, hint: int | None = None) -> Any:
+        """The size with this code: an int, the caller's SymInt that had it, or a new SymInt
+        ``c * s0**e0 * ...`` of the ShapeEnv."""
+        if code < LIMIT:
+            return code
+        x = self.originals.get(code)
+        if x is not None:
+            return x
+        c, atoms = self.factor(code)
+        expr: Any = c
+        for p, e in atoms:
+            expr = expr * self.info[p][0] ** e
+        if hint is None:
+            hint = self.hint(code)
+        x = self.env.create_symintnode(expr, hint=hint)
+        self.originals[code] = x
+        return x
+
+    def format(self, code: int) -> str:
+        """``code`` printed like a sympy product, e.g. ``4*s0*s1**2``."""
+        c, atoms = self.factor(code)
+        names = [self._name(p) + (f"**{e}" if e > 1 else "") for p, e in atoms]
+        return "*".join(([str(c)] if c != 1 or not names else []) + names)
+
+    def _name(self, prime: int) -> str:
+        name = self._names.get(prime)
+        if name is None:
+            expr = self.info[prime][0]
+            name = self._names[prime] = str(expr) if expr.is_Symbol else f"({expr})"
+        return name
 
 
 def as_size(x: object, op: str, arg: str, *, allow_minus_one: bool = False) -> Size:

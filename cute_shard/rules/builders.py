@@ -13,8 +13,8 @@ op infers them (view/reshape/unflatten target sizes, expand's ``shape``).
 Bad arguments raise ``ValueError`` naming the argument and the fix.
 
 Sizes may be ``torch.SymInt``: decisions go through ``decide_eq`` /
-``decide_gt`` (``statically_known_true`` in both polarities), so no guard is
-ever installed, and an undecidable comparison raises
+``decide_gt`` (the sizes' monomial codes, else ``statically_known_true`` in both
+polarities), so no guard is ever installed, and an undecidable comparison raises
 :class:`~cute_shard.rules.UndecidableRule`.
 
 Speed: rules are built on the sharding-propagation hot path.  Shape arguments
@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import lru_cache
 
-from ._sym import Size, as_dim, as_size, decide_eq, decide_gt, is_symint
+from ._sym import Codes, Size, as_dim, as_size, decide_eq, decide_gt, is_symint
 from .specs import (
     _INPUT_DIMS,
     SINGLETON,
@@ -82,6 +82,30 @@ ShapeArg = Sequence[Size] | Size
 DimsArg = Sequence[int] | int
 
 _D = InputDim.new  # interned InputDim constructor
+_N_INTERNED = len(_INPUT_DIMS)
+
+# Each builder first tries the all-int arguments a model passes, with the checks inlined and
+# interned specs; anything else (SymInts, -1, lists of odd types, errors) takes the general
+# code below it, which owns conversion and the error messages.
+
+
+def _whole_dims(dims: Sequence[object], ndim: int) -> Rule | None:
+    """``(d_dims[0], d_dims[1], ...)`` if ``dims`` are distinct int dims of an ``ndim``-d
+    tensor (negative ones wrapped), else None."""
+    if ndim > _N_INTERNED:
+        return None
+    seen = 0
+    out = []
+    for d in dims:
+        if type(d) is not int:
+            return None
+        if d < 0:
+            d += ndim
+        if d < 0 or d >= ndim or seen >> d & 1:
+            return None
+        seen |= 1 << d
+        out.append(_INPUT_DIMS[d])
+    return tuple(out)
 
 
 # ---------------------------------------------------------------------------
@@ -311,6 +335,114 @@ def _view_groups_int(from_shape: tuple[int, ...], to_shape: tuple[int, ...]) -> 
 
 
 def _view_groups_sym(from_shape: tuple[Size, ...], to_shape: tuple[Size, ...]) -> Rule:
+    # Monomial codes settle the usual comparisons (prefix products, one a multiple of the
+    # other) without the ShapeEnv; anything they leave open is asked of it, from the start.
+    codes = Codes()
+    fc = codes.codes(from_shape)
+    tc = [-1 if type(s) is int and s == -1 else codes.code(s) for s in to_shape]
+    if fc is not None and None not in tc:
+        try:
+            return _view_groups_coded(codes, fc, to_shape, tc)  # type: ignore[arg-type]
+        except _Undecided:
+            pass
+    return _view_groups_asked(from_shape, to_shape)
+
+
+class _Undecided(Exception):
+    """A comparison the codes leave open: ask the ShapeEnv instead."""
+
+
+def _settled(decided: bool | None) -> bool:
+    if decided is None:
+        raise _Undecided
+    return decided
+
+
+def _view_groups_coded(
+    codes: Codes, fc: list[int], to_shape: tuple[Size, ...], tc: list[int]
+) -> Rule:
+    """``_view_groups_asked`` with every comparison made on the sizes' codes."""
+    to, tc = _infer_coded(codes, fc, to_shape, tc)
+    out: list[DimSpec] = []
+    nf = len(fc)
+    nt = len(tc)
+    fi = ti = 0
+    while fi < nf or ti < nt:
+        f0, t0 = fi, ti
+        f = t = 1
+        if fi < nf:
+            f = fc[fi]
+            fi += 1
+        if ti < nt:
+            t = tc[ti]
+            ti += 1
+        f_one = _settled(codes.eq(f, 1))
+        t_one = _settled(codes.eq(t, 1))
+        if f_one and not t_one:
+            if fi == f0:
+                out.append(NewDim.new(to[t0]))
+            else:
+                ti = t0
+            continue
+        if t_one and not f_one:
+            if ti != t0:
+                fi = f0
+                out.append(SINGLETON)
+            continue
+        while not _settled(codes.eq(f, t)):
+            if fi < nf and (ti >= nt or _settled(codes.gt(t, f)) or _settled(codes.eq(t, 0))):
+                f = f * fc[fi]
+                fi += 1
+            elif ti < nt:
+                t = t * tc[ti]
+                ti += 1
+            else:
+                break
+        if ti == t0:
+            continue
+        src = Flatten.new([_D(i) for i in range(f0, fi) if not _settled(codes.eq(fc[i], 0))])
+        group = to[t0:ti]
+        if len(group) == 1:
+            out.append(src)
+            continue
+        ones = [_settled(codes.eq(c, 1)) for c in tc[t0:ti]]
+        kept = tuple(s for s, one in zip(group, ones, strict=True) if not one)
+        k = 0
+        for one in ones:
+            if one:
+                out.append(SINGLETON)
+            elif len(kept) == 1:
+                out.append(src)
+            else:
+                out.append(Split(src, kept, k))
+                k += 1
+    return tuple(out)
+
+
+def _infer_coded(
+    codes: Codes, fc: list[int], to_shape: tuple[Size, ...], tc: list[int]
+) -> tuple[tuple[Size, ...], list[int]]:
+    """``_infer`` on codes: the target with its ``-1`` inferred (a code of -1 marks it)."""
+    total = 1
+    for c in fc:
+        total *= c
+    at = [i for i, c in enumerate(tc) if c == -1]
+    known = 1
+    for c in tc:
+        if c != -1:
+            known *= c
+    if not at:
+        if known != total:
+            raise _Undecided  # unequal element counts, or equal in a way codes cannot see
+        return to_shape, tc
+    if len(at) > 1 or known == 0 or total % known:
+        raise _Undecided  # the errors (and anything unusual) are _infer's
+    i = at[0]
+    q = total // known
+    return (*to_shape[:i], codes.size(q), *to_shape[i + 1 :]), [*tc[:i], q, *tc[i + 1 :]]
+
+
+def _view_groups_asked(from_shape: tuple[Size, ...], to_shape: tuple[Size, ...]) -> Rule:
     op = "view_groups"
     to = _infer(_prod(from_shape), to_shape, op, "to_shape")
     out: list[DimSpec] = []
@@ -383,6 +515,18 @@ def unflatten(shape: ShapeArg, dim: int, sizes: ShapeArg) -> Rule:
     ``view_groups(shape, shape[:dim] + sizes + shape[dim + 1:])``.  ``sizes``
     may contain one ``-1``.
     """
+    if type(shape) is tuple and type(dim) is int and type(sizes) is tuple and sizes:
+        n = len(shape)
+        d = dim + n if dim < 0 else dim
+        if 0 <= d < n and _all_sizes(shape):
+            p = 1
+            for x in sizes:
+                if type(x) is not int or x < 0:
+                    break
+                p *= x
+            else:
+                if p == shape[d]:
+                    return _view_groups_int(shape, shape[:d] + sizes + shape[d + 1 :])
     op = "unflatten"
     s, _ = _sizes(shape, op, "shape")
     d = as_dim(dim, len(s), op, "dim", wrap_scalar=False)
@@ -407,6 +551,18 @@ def flatten(ndim: int, start_dim: int = 0, end_dim: int = -1) -> Rule:
     ``(1,)``.  (At runtime ``aten.flatten`` decomposes to ``view``, whose rule
     is ``view_groups`` and differs when flattened dims have size 1.)
     """
+    if type(ndim) is int and 0 < ndim <= _N_INTERNED:
+        if type(start_dim) is int and type(end_dim) is int:
+            a = start_dim + ndim if start_dim < 0 else start_dim
+            b = end_dim + ndim if end_dim < 0 else end_dim
+            if 0 <= a <= b < ndim:
+                if a == b:
+                    return _INPUT_DIMS[:ndim]
+                return (
+                    *_INPUT_DIMS[:a],
+                    _flatten_raw(_INPUT_DIMS[a : b + 1]),
+                    *_INPUT_DIMS[b + 1 : ndim],
+                )
     op = "flatten"
     n = _ndim(ndim, op)
     start = as_dim(start_dim, n, op, "start_dim")
@@ -477,6 +633,26 @@ def squeeze(shape: ShapeArg, dim: DimsArg | None = None) -> Rule:
     Drops the targeted dims of size 1 (all dims when ``dim`` is None).  Unlike
     torch's ``dim_squeeze``, size-0 dims are kept, as ``torch.squeeze`` does.
     """
+    if type(shape) is tuple and 0 < len(shape) <= _N_INTERNED:
+        n = len(shape)
+        if dim is None:
+            out = []
+            for i, size in enumerate(shape):
+                if type(size) is not int or size < 0:
+                    break
+                if size != 1:
+                    out.append(_INPUT_DIMS[i])
+            else:
+                return tuple(out)
+        elif type(dim) is int and -n <= dim < n:
+            d = dim + n if dim < 0 else dim
+            for size in shape:
+                if type(size) is not int or size < 0:
+                    break
+            else:
+                if shape[d] != 1:
+                    return _INPUT_DIMS[:n]
+                return _INPUT_DIMS[:d] + _INPUT_DIMS[d + 1 : n]
     op = "squeeze"
     s, _ = _sizes(shape, op, "shape")
     n = len(s)
@@ -493,6 +669,10 @@ def squeeze(shape: ShapeArg, dim: DimsArg | None = None) -> Rule:
 
 def unsqueeze(ndim: int, dim: int) -> Rule:
     """Rule of ``torch.unsqueeze(x, dim)``: a ``1`` inserted at ``dim``."""
+    if type(ndim) is int and 0 <= ndim < _N_INTERNED and type(dim) is int:
+        d = dim + ndim + 1 if dim < 0 else dim
+        if 0 <= d <= ndim:
+            return (*_INPUT_DIMS[:d], SINGLETON, *_INPUT_DIMS[d:ndim])
     op = "unsqueeze"
     n = _ndim(ndim, op)
     d = as_dim(dim, n + 1, op, "dim", wrap_scalar=False)
@@ -566,6 +746,39 @@ def _expand(input_shape: tuple[Size, ...], shape: tuple[Size, ...]) -> Rule:
 _expand_int = lru_cache(maxsize=_CACHE_SIZE)(_expand)
 
 
+def _expand_fast(input_shape: tuple[object, ...], shape: tuple[object, ...]) -> Rule | None:
+    pad = len(shape) - len(input_shape)
+    if pad < 0 or len(input_shape) > _N_INTERNED:
+        return None
+    out: list[DimSpec] = []
+    for i, want in enumerate(shape):
+        if type(want) is not int:
+            return None
+        if i < pad:
+            if want < 0:
+                return None
+            out.append(SINGLETON if want == 1 else Broadcast.new(SINGLETON, want))
+            continue
+        have = input_shape[i - pad]
+        if type(have) is not int or have < 0 or want < -1:
+            return None
+        if want == -1 or want == have:
+            out.append(_INPUT_DIMS[i - pad])
+        elif have == 1:
+            out.append(Broadcast(_INPUT_DIMS[i - pad], want))
+        else:
+            return None
+    return tuple(out)
+
+
+def _all_sizes(shape: tuple[object, ...]) -> bool:
+    """Every entry is an int size >= 0."""
+    for x in shape:
+        if type(x) is not int or x < 0:
+            return False
+    return True
+
+
 def expand(input_shape: ShapeArg, shape: ShapeArg) -> Rule:
     """Rule of ``x.expand(*shape)`` for ``x`` of ``input_shape``.
 
@@ -573,6 +786,10 @@ def expand(input_shape: ShapeArg, shape: ShapeArg) -> Rule:
     dims expanded to ``n != 1`` are ``bcast(d, n)``, and dims given as ``-1`` or
     their own size are forwarded.
     """
+    if type(input_shape) is tuple and type(shape) is tuple:
+        fast = _expand_fast(input_shape, shape)
+        if fast is not None:
+            return fast
     ins, i_int = _sizes(input_shape, "expand", "input_shape")
     out, o_int = _sizes(shape, "expand", "shape", allow_minus_one=True)
     if i_int and o_int:
@@ -621,6 +838,10 @@ def tile(ndim: int, dims: ShapeArg) -> Rule:
 
 def permute(ndim: int, dims: DimsArg) -> Rule:
     """Rule of ``x.permute(dims)``: output dim ``i`` is input dim ``dims[i]``."""
+    if type(ndim) is int and (type(dims) is tuple or type(dims) is list) and len(dims) == ndim:
+        out = _whole_dims(dims, ndim)
+        if out is not None:
+            return out
     op = "permute"
     n = _ndim(ndim, op)
     raw = _dim_list(dims, op, "dims")
@@ -636,6 +857,13 @@ def permute(ndim: int, dims: DimsArg) -> Rule:
 
 def transpose(ndim: int, dim0: int, dim1: int) -> Rule:
     """Rule of ``x.transpose(dim0, dim1)``: the two input dims swap places."""
+    if type(ndim) is int and 0 < ndim <= _N_INTERNED and type(dim0) is int and type(dim1) is int:
+        a = dim0 + ndim if dim0 < 0 else dim0
+        b = dim1 + ndim if dim1 < 0 else dim1
+        if 0 <= a < ndim and 0 <= b < ndim:
+            swapped = list(_INPUT_DIMS[:ndim])
+            swapped[a], swapped[b] = swapped[b], swapped[a]
+            return tuple(swapped)
     op = "transpose"
     n = _ndim(ndim, op)
     a = as_dim(dim0, n, op, "dim0")
@@ -662,6 +890,14 @@ def movedim(ndim: int, source: DimsArg, destination: DimsArg) -> Rule:
     Input dim ``source[k]`` lands at output position ``destination[k]``; the
     remaining input dims fill the free positions in order.
     """
+    if type(ndim) is int and 0 < ndim <= _N_INTERNED:
+        if type(source) is int and type(destination) is int:
+            s0 = source + ndim if source < 0 else source
+            d0 = destination + ndim if destination < 0 else destination
+            if 0 <= s0 < ndim and 0 <= d0 < ndim:
+                order = [i for i in range(ndim) if i != s0]
+                order.insert(d0, s0)
+                return tuple([_INPUT_DIMS[i] for i in order])
     op = "movedim"
     n = _ndim(ndim, op)
     src = [as_dim(d, n, op, "source") for d in _dim_list(source, op, "source")]
