@@ -24,6 +24,7 @@ readings. Plain ``missed`` ones are the fallback's real gaps.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -288,6 +289,45 @@ def test_uneven_fallback_against_oracle(case: Case) -> None:
     else:
         _record("zero-comm: missed")
         event(f"missed: {case} ours={out} brute={answer}")
+
+
+# --------------------------------------------------------------------------- the step check
+
+
+@ENGINE
+@given(cases(), st.data())
+def test_step_check_equals_the_rank_by_rank_sets(case: Case, data: st.DataObject) -> None:
+    """``_Check`` decides a candidate from the step alone (the prefix is valid) and on the
+    distinct rank states only. On every mesh dim, as ``propagate_uneven`` reaches it, its
+    verdict equals comparing every rank's exact sets (``_mismatch_at`` on each rank of the
+    checked mesh dims) for the structural candidates, a random one and Replicate."""
+    view = uneven._analyse(case.rule, case.shape, None)
+    ins: tuple[uneven.Sharding, ...] = ()
+    outs: tuple[uneven.Sharding, ...] = ()
+    for p in case.placements:
+        s = uneven._sharding(p, len(case.shape))
+        if s is None:
+            ins, outs = (*ins, None), (*outs, None)
+            continue
+        pb = uneven._Problem(view, view.group_of[s[0]], (*ins, s), outs, case.mesh)
+        check = uneven._Check(pb)
+        own = sorted({q.dim for r in pb.group.readings for q in r.pieces})
+        dims = sorted(view.out_sizes) if view.local_view else own
+        cands: list[uneven.Sharding] = [*dict.fromkeys(uneven._structural(pb, s[0]))][:4]
+        if dims:
+            cands.append((data.draw(st.sampled_from(dims)), data.draw(st.integers(1, 9))))
+        for cand in [*cands, None]:
+            o, sf = cand if cand is not None else (None, 1)
+            fast = bool(check.survivors(o, [sf])) and (cand is None or check.placed(cand))
+            ranks = itertools.product(*(range(case.mesh[j]) for j in pb.checked_mesh_dims))
+            slow = all(
+                uneven._mismatch_at(pb, cand, tuple(zip(pb.checked_mesh_dims, r, strict=True)))
+                is None
+                for r in ranks
+            )
+            assert fast == slow, f"{case}: mesh dim {pb.i}, candidate {cand}"
+        kept, choice, _ = uneven._decide(pb, s[0])
+        ins, outs = (*ins, s if kept else None), (*outs, choice if kept else None)
 
 
 # --------------------------------------------------------------------------- the exact sets

@@ -18,9 +18,10 @@ How it decides
    *families* ``(start, width, stride, count)`` = ``count`` intervals of ``width`` indices every
    ``stride``, built by replaying ``torch.chunk`` placement by placement; a group's flat set is
    the product of its dims' sets in mixed radix. Two sets are compared through a canonical
-   run-length form of their maximal intervals, so nothing is ever materialised and the work per
-   rank does not grow with the sizes (only with how ragged the sets are, capped by
-   :data:`MAX_FAMILIES`).
+   run-length form of their maximal intervals, so nothing is ever materialised (the work grows
+   only with how ragged the sets are, capped by :data:`MAX_FAMILIES`). The decision itself
+   needs them only through the positions of step 4; the message of a mesh dim that moves shows
+   them.
 3. **Validity.** Output placements are valid when, on every rank and in every group, the flat
    indices the rank holds before the view equal those the output placements assign it. Both
    sides are increasing in the flat index, so the local view (or permute, repeat,
@@ -35,11 +36,19 @@ How it decides
    mesh dims ``0..i-1``: candidate output placements (first the ones the rule's structure
    predicts, then, when it is cheap enough, one split factor of every distinct chunking
    behaviour of each output dim of the group, then, for a view, of the other output dims) are
-   checked on every rank over the mesh dims ``0..i`` that touch the group (every sharded one
-   for a view). The first valid one is kept. A valid prefix stays valid (later mesh dims only
-   partition it), and every valid candidate leaves the ranks the same sets, hence later mesh
-   dims the same choices, so keeping the first loses nothing. If none is valid the mesh dim
-   is replicated and a :class:`Blocked` says why.
+   checked for validity on every rank over the mesh dims ``0..i`` that touch the group (every
+   sharded one for a view). The first valid one is kept. A valid prefix stays valid (later
+   mesh dims only partition it), and every valid candidate leaves the ranks the same sets,
+   hence later mesh dims the same choices, so keeping the first loses nothing. If none is
+   valid the mesh dim is replicated and a :class:`Blocked` says why.
+
+   The check is by induction (:class:`_Check`): as the prefix is valid, every rank holds what
+   it is assigned, one sorted set in the same order on both sides, so only the step has to
+   agree: the *positions* mesh dim ``i``'s chunk keeps along the input dim and those the
+   candidate's chunk keeps along the output dim. Those depend only on the rank's local
+   lengths and its coordinate on mesh dim ``i``, so the ranks reduce to a few distinct
+   states; a candidate is checked on each by chunk arithmetic (counts, for whole runs of
+   split factors at once), then by its positions.
 
 Worked example: ``(4, 15, 128) -> (60, 128)`` on mesh ``(4,)`` with ``[Shard(1)]``. The rule is
 ``(flat(d0,d1), d2)``; the group ``flat(d0,d1)`` has flat index ``15*i0 + i1``. Chunks of 15 over
@@ -66,8 +75,10 @@ import itertools
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
+from typing import NamedTuple
 
+import numpy as np
 from torch.distributed.tensor.placement_types import (
     Partial,
     Placement,
@@ -81,12 +92,13 @@ from .errors import Blocked
 
 __all__ = ["MAX_FAMILIES", "MAX_SEARCH_CHECKS", "propagate_uneven"]
 
-#: A per-dim or flat set with more families than this is not decided (the mesh dim is
-#: replicated instead): it bounds the work per rank on pathological split factors.
+#: A set with more families than this is not built: a candidate whose positions would need it
+#: is not proven (so it is not kept), and the reason of a mesh dim that moves says so.
 MAX_FAMILIES = 4096
 
-#: Bound on (candidate x rank) checks for the exhaustive split-factor stage of one mesh dim;
-#: above it only the candidates the rule's structure predicts are tried.
+#: Bound on (candidate x rank) for the exhaustive split-factor stage of one mesh dim; above it
+#: only the candidates the rule's structure predicts are tried. (A candidate now costs one
+#: check per distinct rank state, but the bound still decides which candidates exist.)
 MAX_SEARCH_CHECKS = 20_000
 
 # (start, width, stride, count): `count` intervals [start + t*stride, ... + width). Normalised:
@@ -210,6 +222,11 @@ def _restrict(s: IntSet, sf: int, mesh_size: int, coord: int) -> IntSet:
         x = s[0][0]
         tail = _fam(x + whole * k1 + tail_lo, tail_hi - tail_lo, 0, 1)
         return _fam(x + lo, hi - lo, k1, whole) + tail
+    if len(s) == 1 and s[0][1] == k1:
+        # One family whose intervals are exactly the pieces (a second _StridedShard with the
+        # same split factor): the chunk of every interval, one family again.
+        x, _, stride, count = s[0]
+        return _fam(x + lo, hi - lo, stride, count)
     ends = list(itertools.accumulate(w * c for _, w, _, c in s))
     out: list[Family] = []
     if lo < hi:
@@ -226,6 +243,10 @@ def _dim_set(size: int, steps: tuple[Step, ...]) -> IntSet:
     """The indices of a dim of ``size`` a rank keeps after the placements ``steps``."""
     s = _full(size)
     for sf, mesh_size, coord in steps:
+        if sf == 1 and len(s) == 1 and s[0][3] == 1:  # a Shard of one interval: its chunk
+            lo, hi = _chunk(s[0][1], mesh_size, coord)
+            s = _fam(s[0][0] + lo, hi - lo, 0, 1)
+            continue
         # Canonical after every step, so that a whole dim is recognised as one interval.
         s = _canonical(_restrict(s, sf, mesh_size, coord))
     return s
@@ -290,6 +311,54 @@ def _describe(s: IntSet, limit: int = 3) -> str:
     return ", ".join(shown)
 
 
+def _intervals(s: IntSet) -> Iterator[tuple[int, int]]:
+    for start, w, st, c in s:
+        for t in range(c):
+            yield start + t * st, start + t * st + w
+
+
+def _product_intervals(digits: Sequence[tuple[IntSet, int]]) -> Iterator[tuple[int, int]]:
+    """The maximal intervals of ``_flat(digits)``, in order, built lazily: a message needs
+    only the first few, and the whole set may be large and ragged."""
+    if any(not s for s, _ in digits):
+        return
+    strides = [math.prod(n for _, n in digits[k + 1 :]) for k in range(len(digits))]
+    whole_from = len(digits)  # digits[whole_from:] are held whole
+    while whole_from and digits[whole_from - 1][0] == _full(digits[whole_from - 1][1]):
+        whole_from -= 1
+
+    def pieces(k: int, base: int) -> Iterator[tuple[int, int]]:
+        s, stride = digits[k][0], strides[k]
+        for a, b in _intervals(s):
+            if k + 1 >= whole_from:  # all inside is whole: one interval per interval of s
+                yield base + a * stride, base + b * stride
+            else:
+                for x in range(a, b):
+                    yield from pieces(k + 1, base + x * stride)
+
+    run = None
+    for a, b in pieces(0, 0) if digits else iter(((0, 1),)):
+        if run is not None and run[1] == a:
+            run = (run[0], b)
+            continue
+        if run is not None:
+            yield run
+        run = (a, b)
+    if run is not None:
+        yield run
+
+
+def _describe_digits(digits: Sequence[tuple[IntSet, int]], limit: int = 3) -> str:
+    """``_describe(_canonical(_flat(digits)))``, from the first intervals only."""
+    shown: list[str] = []
+    for a, b in _product_intervals(digits):
+        if len(shown) == limit:
+            count = math.prod(_count(s) for s, _ in digits)
+            return f"{', '.join(shown)}, ... ({count} elements)"
+        shown.append(f"[{a}, {b})")
+    return ", ".join(shown) or "nothing"
+
+
 # ============================================================================ rule groups
 
 
@@ -350,9 +419,34 @@ class _View:
     out_sizes: dict[int, int]
     local_view: bool
 
-    @property
+    @cached_property
     def empty(self) -> bool:
         return math.prod(self.shape) == 0
+
+    @cached_property
+    def groups(self) -> list[_Group]:
+        """Each group once, in the order of ``group_of``."""
+        return list({id(g): g for g in self.group_of.values()}.values())
+
+    @cached_property
+    def group_order(self) -> dict[int, int]:
+        return {id(g): k for k, g in enumerate(self.groups)}
+
+    @cached_property
+    def piece_group(self) -> dict[int, _Group]:
+        """The group each output piece belongs to."""
+        return {p.dim: g for g in self.groups for r in g.readings for p in r.pieces}
+
+    @cached_property
+    def piece_sizes(self) -> dict[int, set[int]]:
+        """The sizes each output piece has, in every reading and in ``out_sizes`` (two for
+        the flatten that may be view_as_complex)."""
+        sizes = {o: {n} for o, n in self.out_sizes.items()}
+        for g in self.groups:
+            for r in g.readings:
+                for p in r.pieces:
+                    sizes.setdefault(p.dim, set()).add(p.size)
+        return sizes
 
 
 def _source_dims(spec: DimSpec) -> tuple[int, ...] | None:
@@ -522,24 +616,586 @@ def _analyse(rule: Sequence[DimSpec], shape: tuple[int, ...], complex_view: bool
 
 # ============================================================================ checking
 
+#: A placement as the checks see it: ``(tensor dim, split factor)`` (1 for ``Shard``), or None
+#: for one that shards nothing (``Replicate``, ``Partial``).
+Sharding = tuple[int, int] | None
 
-def _sharded_dim(p: Placement, ndim: int) -> int | None:
-    if isinstance(p, (Shard, _StridedShard)):
-        return p.dim % ndim if ndim else None
-    return None
-
-
-def _split_factor(p: Placement) -> int:
-    return int(p.split_factor) if isinstance(p, _StridedShard) else 1
+#: A placement replayed on one dim, on every rank: (index of its mesh dim in the rank's
+#: coordinate tuple, split factor, mesh dim size).
+Slot = tuple[int, int, int]
 
 
-def _placement(dim: int, sf: int) -> Placement:
-    """Canonical: a split factor of 1 is ``Shard``."""
+def _sharding(p: Placement, ndim: int) -> Sharding:
+    # type() before isinstance: isinstance on torch placements goes through a slow metaclass
+    # hook. _StridedShard is not a subclass of Shard; subclasses of either are still read.
+    kind = type(p)
+    if kind is Replicate or kind is Partial:
+        return None
+    if kind is Shard:
+        sf = 1
+    elif kind is _StridedShard or isinstance(p, _StridedShard):
+        sf = int(p.split_factor)
+    elif isinstance(p, Shard):
+        sf = 1
+    else:
+        return None
+    return (p.dim % ndim, sf) if ndim else None
+
+
+def _placement(s: Sharding) -> Placement:
+    """Canonical: a split factor of 1 is ``Shard``; None is ``Replicate``."""
+    if s is None:
+        return Replicate()
+    dim, sf = s
     return Shard(dim) if sf == 1 else _StridedShard(dim, split_factor=sf)
+
+
+def _chunk_len(length: int, sf: int, mesh_size: int, coord: int) -> int:
+    """How many of ``length`` positions the rank at ``coord`` keeps under
+    ``_StridedShard(sf)`` (sf 1 = Shard): ``_count(_restrict(s, ...))`` for any ``s`` of that
+    length, by the chunk arithmetic of :func:`_restrict` alone (without min/max, which cost
+    more than the arithmetic in this hot loop)."""
+    if length == 0:
+        return 0
+    k1 = -(-length // sf)  # the pieces, the last one maybe shorter
+    whole = length // k1
+    k = -(-k1 // mesh_size)  # chunks of a whole piece
+    tail = length - whole * k1
+    kt = -(-tail // mesh_size)  # and of the short last piece
+    a = k1 - coord * k  # what the chunk at coord has left of each
+    b = tail - coord * kt
+    return whole * (k if a >= k else a if a > 0 else 0) + (kt if b >= kt else b if b > 0 else 0)
+
+
+def _chunk_lens(length: int, sfs: Sequence[int], mesh_size: int, coord: int) -> list[int]:
+    """``[_chunk_len(length, sf, mesh_size, coord) for sf in sfs]``, inlined: the count pass
+    runs it over a whole run of split factors at once."""
+    if length == 0:
+        return [0] * len(sfs)
+    out = []
+    if coord == 0:  # the first chunk of each piece is a full one (or the whole piece)
+        for sf in sfs:
+            k1 = -(-length // sf)
+            whole = length // k1
+            out.append(whole * -(-k1 // mesh_size) + -(-(length - whole * k1) // mesh_size))
+        return out
+    for sf in sfs:
+        k1 = -(-length // sf)
+        whole = length // k1
+        k = -(-k1 // mesh_size)
+        tail = length - whole * k1
+        kt = -(-tail // mesh_size)
+        a = k1 - coord * k
+        b = tail - coord * kt
+        out.append(
+            whole * (k if a >= k else a if a > 0 else 0) + (kt if b >= kt else b if b > 0 else 0)
+        )
+    return out
+
+
+#: Runs of at least this many split factors are counted with numpy (the exhaustive stage can
+#: try thousands on a large dim).
+_VECTOR = 128
+
+
+def _keep(sfs: list[int], length: int, mesh_size: int, coord: int, want: int | None) -> list[int]:
+    """The split factors in ``sfs`` (in order) whose chunk at ``coord`` of a dim of local
+    length ``length`` has ``want`` elements (None: at least one)."""
+    if len(sfs) < _VECTOR or max(length, *sfs) >= 2**62:  # int64 would overflow
+        xs = _chunk_lens(length, sfs, mesh_size, coord)
+        if want is None:
+            return [sf for sf, x in zip(sfs, xs, strict=True) if x]
+        return [sf for sf, x in zip(sfs, xs, strict=True) if x == want]
+    sf = np.array(sfs, dtype=np.int64)
+    if length == 0:
+        x = np.zeros_like(sf)
+    else:  # _chunk_len, elementwise
+        k1 = -(-length // sf)
+        whole = length // k1
+        k = -(-k1 // mesh_size)
+        tail = length - whole * k1
+        kt = -(-tail // mesh_size)
+        x = whole * np.clip(k1 - coord * k, 0, k) + np.clip(tail - coord * kt, 0, kt)
+    return sf[x != 0 if want is None else x == want].tolist()
+
+
+def _length(size: int, steps: Sequence[Step]) -> int:
+    """``_count(_dim_set(size, steps))``, by chunk arithmetic."""
+    for sf, mesh_size, coord in steps:
+        size = _chunk_len(size, sf, mesh_size, coord)
+    return size
+
+
+def _lengths(size: int, slots: Sequence[Slot], coords: Sequence[tuple[int, ...]]) -> list[int]:
+    """The local length of a dim of ``size`` on every rank of ``coords``. Each distinct
+    sub-coordinate of the slots' mesh dims is computed once."""
+    if not slots:
+        return [size] * len(coords)
+    table: dict[tuple[int, ...], int] = {(): size}
+    for _, sf, m in slots:
+        table = {(*key, c): _chunk_len(n, sf, m, c) for key, n in table.items() for c in range(m)}
+    if len(slots) == 1:
+        at = slots[0][0]
+        return [table[(c[at],)] for c in coords]
+    ats = [at for at, _, _ in slots]
+    return [table[tuple(c[at] for at in ats)] for c in coords]
 
 
 Coords = tuple[tuple[int, int], ...]  # (mesh dim, coordinate) pairs
 Digits = tuple[tuple[IntSet, int], ...]  # per radix digit: (indices held, digit size)
+
+
+@dataclass(frozen=True, eq=False)
+class _Problem:
+    """Mesh dim ``i = len(outs)`` of ``group`` to decide. ``ins`` holds the input placements of
+    mesh dims ``0..i`` (the input target so far, then mesh dim ``i``'s own), ``outs`` the output
+    placements decided for ``0..i-1``."""
+
+    view: _View
+    group: _Group
+    ins: tuple[Sharding, ...]
+    outs: tuple[Sharding, ...]
+    mesh: tuple[int, ...]
+
+    @property
+    def i(self) -> int:
+        return len(self.outs)
+
+    @cached_property
+    def decided(self) -> tuple[tuple[int, int | None, int | None], ...]:
+        """(mesh dim, input dim, output dim) sharded by each decided mesh dim ``j < i``."""
+        return tuple(
+            (j, p[0] if p else None, q[0] if q else None)
+            for j, (p, q) in enumerate(zip(self.ins[: self.i], self.outs, strict=True))
+        )
+
+    def sharding(self, cand: Sharding) -> list[tuple[int, int | None, int | None]]:
+        """:attr:`decided`, then mesh dim ``i`` with output placement ``cand``."""
+        p = self.ins[-1]
+        return [*self.decided, (self.i, p[0] if p else None, cand[0] if cand else None)]
+
+    @cached_property
+    def checked_mesh_dims(self) -> tuple[int, ...]:
+        """The mesh dims whose coordinates a check enumerates: those touching the group, or,
+        for a local view (where an empty rank couples the groups), every sharding one. Mesh
+        dim ``i`` shards a dim of the group, so it is always the last."""
+        if self.view.local_view:
+            touching = [j for j, d, o in self.decided if d is not None or o is not None]
+        else:
+            in_dims = set(self.group.dims)
+            out_dims = {p.dim for r in self.group.readings for p in r.pieces}
+            touching = [j for j, d, o in self.decided if d in in_dims or o in out_dims]
+        return (*touching, self.i)
+
+    def checked_groups(self, cand: Sharding) -> list[_Group]:
+        if not self.view.local_view:
+            return [self.group]
+        view = self.view
+        found = {self.group.dims: self.group}
+        for _, d, o in self.sharding(cand):
+            touched = [view.group_of[d]] if d is not None else []
+            if o is not None and o in view.piece_group:
+                touched.append(view.piece_group[o])
+            for g in sorted(touched, key=lambda g: view.group_order[id(g)]):
+                found.setdefault(g.dims, g)
+        return list(found.values())
+
+
+@dataclass(frozen=True, eq=False)
+class _Row:
+    """How mesh dim ``i`` (input dim ``d``) and a candidate on output dim ``o`` meet one
+    reading: ``d_at`` is ``d``'s place among its flat (not pinned) digits and ``o_at`` is
+    ``o``'s among its pieces (None where absent); ``d_pinned``: ``d`` is a pinned digit."""
+
+    reading: _Reading
+    d_at: int | None
+    d_pinned: bool
+    o_at: int | None
+
+
+class _Demand(NamedTuple):
+    """What a candidate must do on the ranks of one state at one coordinate of mesh dim
+    ``i``. ``counts``: ``(length, want)``, its chunk of an output dim of that local length has
+    ``want`` elements (None: at least one). ``places``: ``(n, I, n', I')`` whose positions
+    must agree (see :class:`_Check`). ``dead``: no candidate can."""
+
+    dead: bool
+    counts: tuple[tuple[int, int | None], ...] = ()
+    places: tuple[tuple[int, int, int, int], ...] = ()
+
+
+_PASS = _Demand(False)
+_DEAD = _Demand(True)
+
+#: Per row of a state: (digits before d, after d, pieces before o, after o, o's length), the
+#: local lengths' products on one rank before mesh dim ``i`` (``d``/``o`` absent: all digits
+#: are "before" and the length is 0).
+_ROW = 5
+
+
+class _Check:
+    """The candidate output placements of mesh dim ``i``, checked on every rank.
+
+    **Only the step is checked.** Mesh dims ``0..i-1`` are decided, and each kept one was
+    proven on every rank, so before mesh dim ``i`` every rank that a local view does not skip
+    holds, in every group, exactly the flat indices it is assigned: one sorted set ``X``,
+    which its local input lists in row-major order over the local input lengths and its
+    local output over the local output lengths. Mesh dim ``i`` then keeps, of ``X``, the
+    positions whose local index along input dim ``d`` is in its chunk ``Q`` (chunk ``c`` of
+    each of ``sf`` pieces), and the candidate assigns the positions whose local index along
+    output dim ``o`` is in its chunk ``Q'``. As ``X`` is sorted, the two sets are equal iff
+    the positions are: ``O x Q x I == O' x Q' x I'`` in mixed radix, where ``O``/``I`` are
+    the products of the local lengths before/after ``d`` (``O'``/``I'`` around ``o``). The
+    groups mesh dim ``i`` does not touch are unchanged and stay exact; in a group only one
+    side touches, the other side keeps all of ``X``, so equal counts suffice.
+
+    So a rank's verdict depends only on its **state**, the local lengths before mesh dim
+    ``i`` (and, for a local view, whether its whole input and output are empty), and on its
+    coordinate on mesh dim ``i``. The ranks (coordinates over the checked mesh dims before
+    ``i``, in product order) are reduced to their distinct states, usually one to three
+    (full, short and empty chunks), and a candidate is checked on each state and each
+    coordinate of mesh dim ``i``:
+
+    1. **Counts** (:meth:`survivors`), for a run of split factors on one output dim at once:
+       a local view's emptiness rule, the pinned dims held whole, ``|held| == |assigned|``
+       (for a broadcast: held, or assigned nothing). Most candidates fail here.
+    2. **Positions** (:meth:`placed`): ``O x Q x I == O' x Q' x I'`` where both sides
+       change (:meth:`_same_positions`).
+    """
+
+    def __init__(self, pb: _Problem) -> None:
+        view = pb.view
+        self.pb = pb
+        self.d, self.sf = pb.ins[pb.i]  # type: ignore[misc]
+        self.m = pb.mesh[pb.i]
+        self.local_view = view.local_view
+        self.dims = pb.checked_mesh_dims  # mesh dim i is the last
+        at = {j: k for k, j in enumerate(self.dims[:-1])}
+        coords = list(itertools.product(*(range(pb.mesh[j]) for j in self.dims[:-1])))
+        self.coords = coords
+        # The lengths that vary over the ranks: dims sharded by a checked mesh dim before i.
+        # A rank's prefix state is its empty input, empty output, then those lengths.
+        self.index: dict[tuple[bool, int, int], int] = {}
+        columns: list[list[int]] = [[False] * len(coords), [False] * len(coords)]
+        for is_input, ps in ((True, pb.ins[: pb.i]), (False, pb.outs)):
+            slots: dict[int, list[Slot]] = {}
+            for j, s in enumerate(ps):
+                if s is not None and j in at:
+                    slots.setdefault(s[0], []).append((at[j], s[1], pb.mesh[j]))
+            for dim, dim_slots in slots.items():
+                for size in {view.shape[dim]} if is_input else view.piece_sizes[dim]:
+                    self.index[(is_input, dim, size)] = len(columns)
+                    columns.append(_lengths(size, dim_slots, coords))
+        if self.local_view:  # a rank whose whole input (output) is empty before mesh dim i
+            for (is_input, dim, size), k in self.index.items():
+                if size == (view.shape[dim] if is_input else view.out_sizes.get(dim)):
+                    e = 0 if is_input else 1
+                    columns[e] = [a or x == 0 for a, x in zip(columns[e], columns[k], strict=True)]
+            if view.empty:
+                columns[0] = columns[1] = [True] * len(coords)
+        self.prefix = list(zip(*columns, strict=True))  # per rank, in product order
+        self.distinct = list(dict.fromkeys(self.prefix))
+        self._rows_of: dict[int | None, list[_Row]] = {}
+        self._states: dict[int | None, dict[tuple[int, ...], tuple[int, ...]]] = {}
+        self._demands: dict[tuple[int | None, tuple[int, ...]], list[_Demand | None]] = {}
+        self._patterns: dict[tuple[int, int, int, int], tuple[int, IntSet] | None] = {}
+        self._reading_places: dict[int, tuple[int | None, bool, dict[int, int]]] = {}
+        self._lengths_of: dict[int, dict[tuple[int, ...], tuple[list[int], list[int]]]] = {}
+        self._positions: dict[tuple[int, int, int, int, int], IntSet] = {}
+
+    # ------------------------------------------------------------------ states and demands
+
+    def _length(self, prefix: tuple[int, ...], is_input: bool, dim: int | None, size: int) -> int:
+        k = self.index.get((is_input, dim, size)) if dim is not None else None
+        return size if k is None else prefix[k]
+
+    def _rows(self, o: int | None) -> list[_Row]:
+        """The readings a candidate on output dim ``o`` (None: Replicate) touches: those of
+        the group of ``d``, and of ``o``'s group if that is another one (a local view)."""
+        view = self.pb.view
+        groups = [self.pb.group]
+        if o is not None and view.piece_group[o] is not groups[0]:
+            groups.append(view.piece_group[o])
+        rows = []
+        for g in groups:
+            for reading in g.readings:
+                d_at, d_pinned, o_at = self._places(reading)
+                rows.append(_Row(reading, d_at, d_pinned, o_at.get(o)))
+        return rows
+
+    def _places(self, reading: _Reading) -> tuple[int | None, bool, dict[int, int]]:
+        """``d``'s place among the reading's flat digits, whether it is pinned there, and
+        each piece's place."""
+        found = self._reading_places.get(id(reading))
+        if found is None:
+            flat = [f.dim for f in reading.factors if not f.pinned]
+            found = (
+                flat.index(self.d) if self.d in flat else None,
+                any(f.pinned and f.dim == self.d for f in reading.factors),
+                {p.dim: k for k, p in enumerate(reading.pieces)},
+            )
+            self._reading_places[id(reading)] = found
+        return found
+
+    def _reading_lengths(
+        self, reading: _Reading
+    ) -> dict[tuple[int, ...], tuple[list[int], list[int]]]:
+        """Per prefix state: the local lengths of the reading's flat digits, and of its
+        pieces (before mesh dim ``i``)."""
+        found = self._lengths_of.get(id(reading))
+        if found is None:
+            flat = [f for f in reading.factors if not f.pinned]
+            found = {
+                p: (
+                    [self._length(p, True, f.dim, f.size) for f in flat],
+                    [self._length(p, False, q.dim, q.size) for q in reading.pieces],
+                )
+                for p in self.distinct
+            }
+            self._lengths_of[id(reading)] = found
+        return found
+
+    def _state(self, prefix: tuple[int, ...], o: int | None, rows: list[_Row]) -> tuple[int, ...]:
+        """``(empty input, empty output, d's length, o's length, then per row (O, I, O', I',
+        o's length in that reading))`` on a rank with this prefix state."""
+        view = self.pb.view
+        state = [
+            prefix[0],
+            prefix[1],
+            self._length(prefix, True, self.d, view.shape[self.d]),
+            self._length(prefix, False, o, view.out_sizes[o]) if o is not None else 0,
+        ]
+        for row in rows:
+            ins, outs = self._reading_lengths(row.reading)[prefix]
+            for lens, at in ((ins, row.d_at), (outs, row.o_at)):
+                if at is None:
+                    state += (math.prod(lens), 1)
+                else:
+                    state += (math.prod(lens[:at]), math.prod(lens[at + 1 :]))
+            state.append(0 if row.o_at is None else outs[row.o_at])
+        return tuple(state)
+
+    def rows(self, o: int | None) -> list[_Row]:
+        found = self._rows_of.get(o)
+        if found is None:
+            found = self._rows_of[o] = self._rows(o)
+        return found
+
+    def state(self, o: int | None, prefix: tuple[int, ...]) -> tuple[int, ...]:
+        """The state, for a candidate on output dim ``o``, of ranks with this prefix state."""
+        by_prefix = self._states.setdefault(o, {})
+        found = by_prefix.get(prefix)
+        if found is None:
+            found = by_prefix[prefix] = self._state(prefix, o, self.rows(o))
+        return found
+
+    def demand(self, o: int | None, state: tuple[int, ...], c: int) -> _Demand:
+        """What a candidate on ``o`` must do on ranks in ``state`` at coordinate ``c`` of mesh
+        dim ``i`` (built when first asked: most candidates fail on the first)."""
+        per_c = self._demands.get((o, state))
+        if per_c is None:
+            per_c = self._demands[(o, state)] = [None] * self.m
+        found = per_c[c]
+        if found is None:
+            found = per_c[c] = self._demand(state, self.rows(o), o, c)
+        return found
+
+    def _demand(self, state: tuple[int, ...], rows: list[_Row], o: int | None, c: int) -> _Demand:
+        empty_in, empty_out, ld, lo_e = state[:4]
+        ld2 = _chunk_len(ld, self.sf, self.m, c)
+        counts: list[tuple[int, int | None]] = []
+        if self.local_view:
+            now_empty = empty_in or ld2 == 0
+            if empty_out:  # the output is empty whatever the candidate
+                # local.view of an empty tensor to an empty shape is exact
+                return _PASS if now_empty else _DEAD
+            if now_empty:  # exact only if the candidate leaves the output empty
+                return _DEAD if o is None else _Demand(False, ((lo_e, 0),))
+            if o is not None:  # and a non-empty input needs a non-empty output
+                counts.append((lo_e, None))
+        places = []
+        for k, row in enumerate(rows):
+            o_in, i_in, o_out, i_out, lo = state[4 + _ROW * k : 4 + _ROW * (k + 1)]
+            if row.d_pinned and ld2 != ld:
+                return _DEAD
+            held = o_in * i_in * (ld2 if row.d_at is not None else 1)
+            rest = o_out * i_out  # assigned = rest * (the candidate's chunk of o)
+            if row.o_at is None:
+                if (held == 0 and rest != 0) if row.reading.broadcast else held != rest:
+                    return _DEAD
+            elif row.reading.broadcast:
+                if held == 0 and rest != 0:
+                    counts.append((lo, 0))
+            elif rest == 0:
+                if held != 0:
+                    return _DEAD
+            elif held % rest:
+                return _DEAD
+            else:
+                counts.append((lo, held // rest))
+                if row.d_at is not None and held:
+                    places.append((ld, i_in, lo, i_out))
+        if len(counts) > 1:
+            wants = {lo: want for lo, want in counts if want is not None}
+            if any(want == 0 for lo, want in wants.items() if (lo, None) in counts):
+                return _DEAD  # an output that must be both empty and not
+            # "at least one" is implied by a positive count on the same length
+            counts = [*dict.fromkeys(c for c in counts if c[1] is not None or c[0] not in wants)]
+        return _Demand(False, tuple(counts), tuple(places))
+
+    def _targets(
+        self, o: int | None, only: tuple[tuple[int, ...], int] | None
+    ) -> Iterator[tuple[tuple[int, ...], Sequence[int]]]:
+        """Each prefix state's state with every coordinate of mesh dim ``i``, or only the
+        ranks of ``only``, a (prefix state, coordinate) pair."""
+        if only is not None:
+            yield self.state(o, only[0]), (only[1],)
+            return
+        every = range(self.m)
+        for prefix in self.distinct:
+            yield self.state(o, prefix), every
+
+    def elsewhere_hopeless(self) -> bool:
+        """Whether every candidate on an output dim of another group than ``d``'s fails: such
+        a candidate leaves ``d``'s group with its input cut and its output whole, which the
+        Replicate output does too, so where that fails on a rank that keeps some of ``d``
+        (no emptiness to excuse it), they all do."""
+        for state, cs in self._targets(None, None):
+            for c in cs:
+                if self.demand(None, state, c).dead and not (
+                    state[0] or _chunk_len(state[2], self.sf, self.m, c) == 0
+                ):
+                    return True
+        return False
+
+    def hopeless(self, o: int) -> bool:
+        """Whether some rank fails every candidate on output dim ``o``."""
+        return any(self.demand(o, s, c).dead for s, cs in self._targets(o, None) for c in cs)
+
+    # ------------------------------------------------------------------ the two passes
+
+    def survivors(
+        self, o: int | None, sfs: list[int], only: tuple[tuple[int, ...], int] | None = None
+    ) -> list[int]:
+        """The split factors in ``sfs`` (in order) whose candidate on output dim ``o`` has the
+        right counts on every rank (or only on the ranks of ``only``). Demands are built per
+        state as they are needed: most candidates fail on the first."""
+        m = self.m
+        for state, cs in self._targets(o, only):
+            for c in cs:
+                dead, counts, _ = self.demand(o, state, c)
+                if dead:
+                    return []
+                for lo, want in counts:
+                    if len(sfs) == 1:
+                        x = _chunk_len(lo, sfs[0], m, c)
+                        if x == 0 if want is None else x != want:
+                            return []
+                        continue
+                    sfs = _keep(sfs, lo, m, c, want)
+                    if not sfs:
+                        return []
+        return sfs
+
+    def placed(
+        self, cand: tuple[int, int], only: tuple[tuple[int, ...], int] | None = None
+    ) -> bool:
+        """Whether a candidate with the right counts also puts every rank's elements at the
+        right positions (or only on the ranks of ``only``)."""
+        o, sf_out = cand
+        try:
+            for state, cs in self._targets(o, only):
+                for c in cs:
+                    for ld, i_in, lo, i_out in self.demand(o, state, c).places:
+                        if not self._same_positions(ld, i_in, self.sf, lo, i_out, sf_out, c):
+                            return False
+        except _Unprovable:
+            return False
+        return True
+
+    def _same_positions(
+        self, ld: int, i_in: int, sf_in: int, lo: int, i_out: int, sf_out: int, c: int
+    ) -> bool:
+        """``O x Q x I == O' x Q' x I'`` (see the class docstring). Each side is periodic,
+        with period ``ld * i_in`` and ``lo * i_out``, both dividing the rank's count ``N``.
+        The periods of a subset of ``Z_N`` are the multiples of its smallest one, so equal
+        sets have equal smallest periods, and each divides the other side's period. Where
+        :meth:`pattern` knows a side's smallest period and what one period holds, that
+        decides; otherwise both sides are compared on one common period."""
+        p_in, p_out = ld * i_in, lo * i_out
+        a = self.pattern(ld, i_in, sf_in, c)
+        b = self.pattern(lo, i_out, sf_out, c)
+        if a is not None and b is not None:
+            return a == b
+        if (a is not None and p_out % a[0]) or (b is not None and p_in % b[0]):
+            return False
+        span = math.lcm(p_in, p_out)
+        return self.positions(span // p_in, ld, i_in, sf_in, c) == self.positions(
+            span // p_out, lo, i_out, sf_out, c
+        )
+
+    def pattern(self, n: int, inner: int, sf: int, c: int) -> tuple[int, IntSet] | None:
+        """``(smallest period, what one period holds)`` of ``outer x Q x inner`` (any outer),
+        where ``Q`` is the chunk at ``c`` of ``[0, n)`` under ``_StridedShard(sf)``, or None
+        when the short last piece has a chunk too (not worked out here). ``Q`` is chunk
+        ``[lo, hi)`` of each of ``whole`` pieces of ``k1``: with no short piece, one interval
+        every ``k1 * inner``; with one, the pieces' intervals then a gap, every ``n *
+        inner``, and no smaller period, as exactly one gap differs. ``(1, [0, 1))`` is all."""
+        key = (n, inner, sf, c)
+        if key in self._patterns:
+            return self._patterns[key]
+        k1 = -(-n // sf)
+        whole = n // k1
+        tail = n - whole * k1
+        lo, hi = _chunk(k1, self.m, c)
+        tlo, thi = _chunk(tail, self.m, c)
+        found: tuple[int, IntSet] | None = None
+        if thi > tlo or hi == lo:
+            found = None
+        elif tail == 0:
+            found = (1, ((0, 1, 0, 1),))
+            if hi - lo < k1:
+                found = (k1 * inner, ((lo * inner, (hi - lo) * inner, 0, 1),))
+        else:
+            found = (n * inner, _fam(lo * inner, (hi - lo) * inner, k1 * inner, whole))
+        self._patterns[key] = found
+        return found
+
+    def positions(self, copies: int, n: int, inner: int, sf: int, c: int) -> IntSet:
+        """``copies x Q x inner`` in mixed radix, canonical, where ``Q`` is the chunk at ``c``
+        of ``[0, n)`` under ``_StridedShard(sf)`` (sf 1 = Shard) on mesh dim ``i``: chunk
+        ``[lo, hi)`` of each of ``whole`` pieces of ``k1``, and ``[tlo, thi)`` of the short
+        last piece (the arithmetic of :func:`_restrict`)."""
+        key = (copies, n, inner, sf, c)
+        found = self._positions.get(key)
+        if found is not None:
+            return found
+        k1 = -(-n // sf)
+        whole = n // k1
+        tail = n - whole * k1
+        lo, hi = _chunk(k1, self.m, c)
+        tlo, thi = _chunk(tail, self.m, c)
+        if thi == tlo and (tail == 0 or whole == 1):
+            # One family: with no short piece the copies continue it; with one piece, the
+            # copies repeat its single interval every n * inner.
+            stride = k1 * inner if tail == 0 else n * inner
+            found = _fam(
+                lo * inner, (hi - lo) * inner, stride, whole * copies if tail == 0 else copies
+            )
+        else:
+            if 2 * copies > MAX_FAMILIES:
+                raise _Unprovable
+            runs: list[Family] = []
+            for t in range(copies):
+                base = t * n * inner
+                runs.extend(_fam(base + lo * inner, (hi - lo) * inner, k1 * inner, whole))
+                runs.extend(_fam(base + (whole * k1 + tlo) * inner, (thi - tlo) * inner, 0, 1))
+            found = _canonical(tuple(runs))
+        self._positions[key] = found
+        return found
+
+
+# ============================================================================ the first mismatch
 
 
 @dataclass(frozen=True)
@@ -552,148 +1208,113 @@ class _Mismatch:
     pinned_dim: int | None = None
     unprovable: bool = False
     empty: str = ""  # a local-view rank with an empty tensor on one side only
+    flats: tuple[IntSet, IntSet] | None = None  # holds and assigned as flat sets, if known
 
 
 def _steps(
-    ps: Sequence[Placement], mesh: tuple[int, ...], coords: Coords, dim: int, ndim: int
+    ps: Sequence[Sharding], mesh: tuple[int, ...], coords: Coords, dim: int
 ) -> tuple[Step, ...]:
-    return tuple(
-        (_split_factor(ps[j]), mesh[j], c) for j, c in coords if _sharded_dim(ps[j], ndim) == dim
-    )
+    return tuple((ps[j][1], mesh[j], c) for j, c in coords if ps[j] and ps[j][0] == dim)  # type: ignore[index]
 
 
-@dataclass(frozen=True, eq=False)
-class _Problem:
-    """Placements of mesh dims ``0..len(outs)-1`` to check for ``group``. ``ins`` may hold one
-    more placement than ``outs``: the mesh dim being decided (see :func:`_with_output`)."""
-
-    view: _View
-    group: _Group
-    ins: tuple[Placement, ...]
-    outs: tuple[Placement, ...]
-    mesh: tuple[int, ...]
-
-    @property
-    def in_ndim(self) -> int:
-        return len(self.view.shape)
-
-    @property
-    def out_ndim(self) -> int:
-        return self.view.out_ndim
-
-    def sharding(self) -> list[tuple[int, int | None, int | None]]:
-        """(mesh dim, input dim, output dim) sharded by each decided mesh dim."""
-        return [
-            (j, _sharded_dim(p, self.in_ndim), _sharded_dim(q, self.out_ndim))
-            for j, (p, q) in enumerate(zip(self.ins[: len(self.outs)], self.outs, strict=True))
-        ]
-
-    def checked_mesh_dims(self) -> list[int]:
-        """The mesh dims whose coordinates a check enumerates: those touching the group, or,
-        for a local view (where an empty rank couples the groups), every sharding one."""
-        in_dims = set(self.group.dims)
-        out_dims = {p.dim for r in self.group.readings for p in r.pieces}
-        if self.view.local_view:
-            return [j for j, d, o in self.sharding() if d is not None or o is not None]
-        return [j for j, d, o in self.sharding() if d in in_dims or o in out_dims]
-
-    def checked_groups(self) -> list[_Group]:
-        if not self.view.local_view:
-            return [self.group]
-        found = {self.group.dims: self.group}
-        for _, d, o in self.sharding():
-            for g in self.view.group_of.values():
-                pieces = {p.dim for r in g.readings for p in r.pieces}
-                if d in g.dims or o in pieces:
-                    found.setdefault(g.dims, g)
-        return list(found.values())
-
-
-def _with_output(pb: _Problem, cand: Placement) -> _Problem:
-    return _Problem(pb.view, pb.group, pb.ins, (*pb.outs, cand), pb.mesh)
-
-
-def _mismatch(pb: _Problem) -> _Mismatch | None:
-    """None if every rank holds, in every reading, exactly the flat indices it is assigned."""
-    dims = pb.checked_mesh_dims()
-    groups = pb.checked_groups()
-    for coord in itertools.product(*(range(pb.mesh[j]) for j in dims)):
-        coords = tuple(zip(dims, coord, strict=True))
-        if pb.view.local_view:
-            empty_in, empty_out = _emptiness(pb, coords)
-            if empty_in and empty_out:
-                continue  # local.view of an empty tensor to an empty shape is exact
-            if empty_in != empty_out:
-                side = "holds nothing but would be assigned elements"
-                if empty_out:
-                    side = "holds elements but would be assigned none"
-                return _Mismatch(coords, empty=side)
-        for g in groups:
-            for reading in g.readings:
-                found = _rank_mismatch(pb, reading, coords)
-                if found is not None:
-                    return found
+def _first_failure(check: _Check, cand: Sharding) -> _Mismatch | None:
+    """The first rank, in product order over the checked mesh dims, on which ``cand`` fails,
+    and how (what the reason shows). The ranks are scanned by their states; only the failing
+    one is replayed with sets."""
+    o, sf = cand if cand is not None else (None, 1)
+    for coord, prefix in zip(check.coords, check.prefix, strict=True):
+        for c in range(check.m):
+            only = (prefix, c)
+            if check.survivors(o, [sf], only) and (cand is None or check.placed(cand, only)):
+                continue
+            coords = tuple(zip(check.dims, (*coord, c), strict=True))
+            # No mismatch in the sets: the positions were too irregular to compare.
+            return _mismatch_at(check.pb, cand, coords) or _Mismatch(coords, unprovable=True)
     return None
 
 
-def _emptiness(pb: _Problem, coords: Coords) -> tuple[bool, bool]:
+def _mismatch_at(pb: _Problem, cand: Sharding, coords: Coords) -> _Mismatch | None:
+    """How ``cand`` fails on the rank at ``coords``, from its exact sets."""
+    outs = (*pb.outs, cand)
+    if pb.view.local_view:
+        empty_in, empty_out = _emptiness(pb, outs, coords)
+        if empty_in and empty_out:
+            return None
+        if empty_in != empty_out:
+            side = "holds nothing but would be assigned elements"
+            if empty_out:
+                side = "holds elements but would be assigned none"
+            return _Mismatch(coords, empty=side)
+    for g in pb.checked_groups(cand):
+        for reading in g.readings:
+            found = _rank_mismatch(pb, outs, reading, coords)
+            if found is not None:
+                return found
+    return None
+
+
+def _emptiness(pb: _Problem, outs: tuple[Sharding, ...], coords: Coords) -> tuple[bool, bool]:
     """Whether the rank's whole local input, and its whole local output, are empty."""
     empty_in = empty_out = pb.view.empty
-    for _, d, o in pb.sharding():
+    for _, d, o in pb.sharding(outs[-1]):
         if d is not None and not empty_in:
-            steps = _steps(pb.ins, pb.mesh, coords, d, pb.in_ndim)
-            empty_in = _count(_dim_set(pb.view.shape[d], steps)) == 0
+            empty_in = _length(pb.view.shape[d], _steps(pb.ins, pb.mesh, coords, d)) == 0
         if o is not None and o in pb.view.out_sizes and not empty_out:
-            steps = _steps(pb.outs, pb.mesh, coords, o, pb.out_ndim)
-            empty_out = _count(_dim_set(pb.view.out_sizes[o], steps)) == 0
+            steps = _steps(outs, pb.mesh, coords, o)
+            empty_out = _length(pb.view.out_sizes[o], steps) == 0
     return empty_in, empty_out
 
 
-def _rank_mismatch(pb: _Problem, reading: _Reading, coords: Coords) -> _Mismatch | None:
+def _rank_mismatch(
+    pb: _Problem, outs: tuple[Sharding, ...], reading: _Reading, coords: Coords
+) -> _Mismatch | None:
     try:
         held: list[tuple[IntSet, int]] = []
         for f in reading.factors:
             s = _full(f.size)
             if f.dim is not None:
-                s = _dim_set(f.size, _steps(pb.ins, pb.mesh, coords, f.dim, pb.in_ndim))
+                s = _dim_set(f.size, _steps(pb.ins, pb.mesh, coords, f.dim))
             if f.pinned and s != _full(f.size):
                 return _Mismatch(coords, ((s, f.size),), ((_full(f.size), f.size),), f.dim)
             if not f.pinned:
                 held.append((s, f.size))
         assigned = tuple(
-            (_dim_set(p.size, _steps(pb.outs, pb.mesh, coords, p.dim, pb.out_ndim)), p.size)
-            for p in reading.pieces
+            (_dim_set(p.size, _steps(outs, pb.mesh, coords, p.dim)), p.size) for p in reading.pieces
         )
         n_held = math.prod(_count(s) for s, _ in held)
         n_assigned = math.prod(_count(s) for s, _ in assigned)
+        flats = None
         if reading.broadcast:
             ok = n_held > 0 or n_assigned == 0
         else:
-            ok = n_held == n_assigned and _canonical(_flat(held)) == _canonical(_flat(assigned))
+            ok = n_held == n_assigned
+            if ok:
+                flats = (_canonical(_flat(held)), _canonical(_flat(assigned)))
+                ok = flats[0] == flats[1]
     except _Unprovable:
         return _Mismatch(coords, unprovable=True)
-    return None if ok else _Mismatch(coords, tuple(held), assigned)
+    return None if ok else _Mismatch(coords, tuple(held), assigned, flats=flats)
 
 
 # ============================================================================ candidates
 
 
-def _sf_classes(length: int) -> list[int]:
+def _sf_classes(length: int) -> set[int]:
     """Split factors with every distinct ``ceil(length / sf)``, i.e. chunking behaviour."""
     r = math.isqrt(length)
-    return sorted({*range(1, r + 2), *(-(-length // k) for k in range(1, r + 1))})
+    return {*range(1, r + 2), *(-(-length // k) for k in range(1, r + 1))}
 
 
-def _outer_counts(pb: _Problem, i: int, dim: int) -> tuple[int, int, int]:
+def _outer_counts(pb: _Problem, dim: int) -> tuple[int, int, int]:
     """Digits outside the mesh dim's sub-mode, evenly: (the factors before ``dim`` times the
     input split factor, that times the earlier mesh dims on ``dim``, the earlier mesh dims on
     those outer factors)."""
     reading = pb.group.readings[0]
     dims = [f.dim for f in reading.factors]
     at = dims.index(dim) if dim in dims else 0
-    base = math.prod(f.size for f in reading.factors[:at]) * _split_factor(pb.ins[i])
+    base = math.prod(f.size for f in reading.factors[:at]) * pb.ins[-1][1]  # type: ignore[index]
     same = ahead = 1
-    for j, d, _ in pb.sharding():
+    for j, d, _ in pb.decided:
         if d == dim:
             same *= pb.mesh[j]
         elif d is not None and d in dims[:at]:
@@ -701,10 +1322,10 @@ def _outer_counts(pb: _Problem, i: int, dim: int) -> tuple[int, int, int]:
     return base, base * same, ahead
 
 
-def _ordered_pieces(pb: _Problem, i: int, dim: int) -> list[tuple[int, _Piece]]:
+def _ordered_pieces(pb: _Problem, dim: int) -> list[tuple[int, _Piece]]:
     """The group's pieces (with their outer product), the one the structure predicts first:
     evenly, the shard lands in the piece whose outer product brackets the digits outside it."""
-    _, outer, ahead = _outer_counts(pb, i, dim)
+    _, outer, ahead = _outer_counts(pb, dim)
     out: list[tuple[int, _Piece]] = []
     op = 1
     for piece in pb.group.readings[0].pieces:
@@ -713,111 +1334,116 @@ def _ordered_pieces(pb: _Problem, i: int, dim: int) -> list[tuple[int, _Piece]]:
     return sorted(out, key=lambda e: not (e[0] * ahead <= outer < e[0] * e[1].size * ahead))
 
 
-def _structural(pb: _Problem, i: int, dim: int) -> Iterator[Placement]:
+def _structural(pb: _Problem, dim: int) -> Iterator[tuple[int, int]]:
     """Candidates the rule's structure predicts (the even-case split factors)."""
-    base, full, ahead = _outer_counts(pb, i, dim)
-    for op, piece in _ordered_pieces(pb, i, dim):
+    base, full, ahead = _outer_counts(pb, dim)
+    for op, piece in _ordered_pieces(pb, dim):
         if pb.group.readings[0].broadcast:
             # Pieces of one element: the rank holding the size-1 dim gets all of them.
-            yield _placement(piece.dim, piece.size)
+            yield piece.dim, piece.size
         for num, den in itertools.product((full, base), (op * ahead, op)):
             if num % den == 0:
-                yield _placement(piece.dim, num // den)
-        for j, _, o in pb.sharding():
+                yield piece.dim, num // den
+        for j, _, o in pb.decided:
             if o == piece.dim:  # an earlier mesh dim's split factor on the same piece
-                yield _placement(piece.dim, _split_factor(pb.outs[j]))
-        yield _placement(piece.dim, 1)
+                yield piece.dim, pb.outs[j][1]  # type: ignore[index]
+        yield piece.dim, 1
 
 
-def _exhaustive(pb: _Problem, i: int, pieces: Sequence[_Piece]) -> Iterator[Placement]:
-    """One split factor per distinct chunking of each piece, if the work stays bounded."""
-    ranks = math.prod(pb.mesh[j] for j in pb.checked_mesh_dims()) * pb.mesh[i]
-    per_piece = [
-        (piece, sorted({sf for n in _local_lengths(pb, piece) for sf in _sf_classes(n)}))
-        for piece in pieces
-    ]
+def _exhaustive(pb: _Problem, pieces: Sequence[_Piece]) -> list[tuple[int, set[int]]]:
+    """One split factor per distinct chunking of each piece, if the work stays bounded:
+    ``(output dim, split factors)`` per piece, in the order they are tried (each piece's
+    split factors in increasing order)."""
+    ranks = math.prod(pb.mesh[j] for j in pb.checked_mesh_dims)
+    per_piece = []
+    for piece in pieces:
+        sfs: set[int] = set()
+        for n in _local_lengths(pb, piece):
+            sfs |= _sf_classes(n)
+        per_piece.append((piece.dim, sfs))
     if sum(len(sfs) for _, sfs in per_piece) * ranks > MAX_SEARCH_CHECKS:
-        return
-    for piece, sfs in per_piece:
-        for sf in sfs:
-            yield _placement(piece.dim, sf)
+        return []
+    return per_piece
 
 
 def _local_lengths(pb: _Problem, piece: _Piece) -> set[int]:
     """The piece's local lengths over the ranks, before the mesh dim being decided."""
-    on = [j for j, _, o in pb.sharding() if o == piece.dim]
+    on = [j for j, _, o in pb.decided if o == piece.dim]
     lengths = set()
     for coord in itertools.product(*(range(pb.mesh[j]) for j in on)):
-        coords = tuple(zip(on, coord, strict=True))
-        steps = _steps(pb.outs, pb.mesh, coords, piece.dim, pb.out_ndim)
-        lengths.add(_count(_dim_set(piece.size, steps)))
+        steps = _steps(pb.outs, pb.mesh, tuple(zip(on, coord, strict=True)), piece.dim)
+        lengths.add(_length(piece.size, steps))
     return lengths
-
-
-def _candidates(pb: _Problem, i: int, dim: int) -> Iterator[Placement]:
-    """Structural candidates, then every chunking of the group's pieces, then (for a local
-    view, where an empty rank may move its emptiness to any output dim) of the other pieces."""
-    own = [piece for _, piece in _ordered_pieces(pb, i, dim)]
-    others = sorted(set(pb.view.out_sizes) - {p.dim for p in own}) if pb.view.local_view else []
-    other_pieces = [_Piece(o, pb.view.out_sizes[o]) for o in others]
-    seen: set[Placement] = set()
-    for cand in itertools.chain(
-        _structural(pb, i, dim), _exhaustive(pb, i, own), _exhaustive(pb, i, other_pieces)
-    ):
-        if cand not in seen:
-            seen.add(cand)
-            yield cand
 
 
 # ============================================================================ the fallback
 
 
-@dataclass(frozen=True)
-class _Failure:
-    mismatch: _Mismatch
-    candidate: Placement
+def _decide(pb: _Problem, dim: int) -> tuple[bool, Sharding, _Check]:
+    """``(True, output placement, _)`` for the first candidate of mesh dim ``i`` that every
+    rank proves, else ``(False, the first candidate tried, _)``, whose failure the reason
+    shows.
 
-
-def _decide(pb: _Problem, i: int, dim: int) -> tuple[Placement | None, _Failure | None]:
-    """The first candidate output placement of mesh dim ``i`` that every rank proves, else
-    the first failure (of the candidate the structure predicts)."""
-    first: _Failure | None = None
-    for cand in _candidates(pb, i, dim):
-        found = _mismatch(_with_output(pb, cand))
-        if found is None:
-            return cand, None
-        first = first or _Failure(found, cand)
+    The candidates, in order: the structural ones, then every chunking of the group's pieces,
+    then (for a local view, where an empty rank may move its emptiness to any output dim) of
+    the other pieces. The count pass only drops candidates that fail somewhere, so the first
+    survivor whose positions agree is the first valid candidate; and a candidate tried again
+    fails again, so the later stages need not leave out the earlier ones."""
+    check = _Check(pb)
+    structural = list(dict.fromkeys(_structural(pb, dim)))
+    runs: dict[int, list[int]] = {}
+    for o, sf in structural:
+        runs.setdefault(o, []).append(sf)
+    alive: dict[int, set[int]] = {}
+    for o, sf in structural:
+        if o not in alive:  # the count pass for all of o's structural split factors
+            alive[o] = set(check.survivors(o, runs[o]))
+        if sf in alive[o] and check.placed((o, sf)):
+            return True, (o, sf), check
+    first = structural[0] if structural else None
+    own = [piece for _, piece in _ordered_pieces(pb, dim)]
+    for stage in range(2):
+        if stage == 0:
+            pieces = own
+        elif pb.view.local_view:
+            others = sorted(set(pb.view.out_sizes) - {p.dim for p in own})
+            pieces = [_Piece(o, pb.view.out_sizes[o]) for o in others]
+        else:
+            break
+        if first is not None and (
+            (stage == 1 and check.elsewhere_hopeless())
+            or all(check.hopeless(p.dim) for p in pieces)
+        ):
+            continue  # nothing on these pieces can pass: no need to list their chunkings
+        for o, sfs in _exhaustive(pb, pieces):
+            if first is None and sfs:
+                first = (o, min(sfs))
+            for sf in sorted(check.survivors(o, list(sfs))):
+                if check.placed((o, sf)):
+                    return True, (o, sf), check
     # Keeping the input sharded with a replicated output is exact only if every rank holds
     # the whole dim anyway (a mesh dim of size 1).
-    found = _mismatch(_with_output(pb, Replicate()))
-    if found is None:
-        return Replicate(), None
-    return None, first or _Failure(found, Replicate())
+    if check.survivors(None, [1]):
+        return True, None, check
+    return False, first, check
 
 
-def _describe_digits(digits: Digits) -> str:
-    try:
-        return _describe(_canonical(_flat(digits)))
-    except _Unprovable:
-        return "a very irregular set"
-
-
-def _reason(pb: _Problem, i: int, dim: int, failure: _Failure | None) -> str:
-    """Why mesh dim ``i`` cannot stay: what the view does and the first rank that disagrees."""
-    p, m = pb.ins[i], pb.mesh[i]
+def _reason(check: _Check, dim: int, failed: Sharding) -> str:
+    """Why mesh dim ``i`` cannot stay: what the view does and the first rank that disagrees
+    with the first candidate (``failed``, None for Replicate)."""
+    pb, i = check.pb, check.pb.i
+    m, sf = pb.mesh[i], pb.ins[i][1]  # type: ignore[index]
     coords = tuple((j, 0) for j in range(i))
-    steps = _steps(pb.ins, pb.mesh, coords, dim, pb.in_ndim)
-    length = _count(_dim_set(pb.view.shape[dim], steps))
-    sf = _split_factor(p)
+    length = _length(pb.view.shape[dim], _steps(pb.ins, pb.mesh, coords, dim))
     if sf == 1:
         chunks = f"ceil({length}/{m})={-(-length // m)} per rank"
     else:
         piece = -(-length // sf)
         chunks = f"ceil({piece}/{m})={-(-piece // m)} per rank in each of {sf} pieces"
     head = f"{pb.group.what}, and its {m} uneven chunks ({chunks})"
-    if failure is None:
+    mm = _first_failure(check, failed)
+    if mm is None:
         return f"{head} cannot be expressed on the output"
-    mm = failure.mismatch
     at = ", ".join(str(c) for _, c in mm.coords)
     where = f"the rank at coordinate ({at}) of mesh dims {tuple(j for j, _ in mm.coords)}"
     if mm.unprovable:
@@ -829,10 +1455,14 @@ def _reason(pb: _Problem, i: int, dim: int, failure: _Failure | None) -> str:
             f"{head} leave some rank without all of it ({where} holds "
             f"{_describe_digits(mm.holds)} of dim {mm.pinned_dim})"
         )
+    holds, assigned = (
+        (_describe(mm.flats[0]), _describe(mm.flats[1]))
+        if mm.flats
+        else (_describe_digits(mm.holds), _describe_digits(mm.assigned))
+    )
     return (
         f"{head} do not line up with any sharding of the output: e.g. {where} holds flat "
-        f"elements {_describe_digits(mm.holds)} but {failure.candidate} would give it "
-        f"{_describe_digits(mm.assigned)}"
+        f"elements {holds} but {_placement(failed)} would give it {assigned}"
     )
 
 
@@ -849,8 +1479,9 @@ def propagate_uneven(
     ``input_target`` is ``placements`` with the mesh dims that must move set to
     ``Replicate()`` (only those; ``Partial`` stays and is carried to the output on the same
     mesh dim). ``blocked`` has one :class:`Blocked` per replaced mesh dim, saying why. The
-    output placements are valid on every rank for the input target (proven with exact integer
-    sets; see the module docstring) and canonical (no ``_StridedShard`` with split factor 1).
+    output placements are valid on every rank for the input target (proven exactly, with
+    integer arithmetic; see the module docstring) and canonical (no ``_StridedShard`` with
+    split factor 1).
 
     ``complex_view``: whether ``rule`` is ``view_as_complex``'s (True), a real flatten (False),
     or unknown (None: the answer must be valid for both, as they share the rule).
@@ -861,29 +1492,27 @@ def propagate_uneven(
     target: tuple[Placement, ...] = ()
     out: tuple[Placement, ...] = ()
     blocked: tuple[Blocked, ...] = ()
+    ins: tuple[Sharding, ...] = ()  # the input target and the output, as the checks see them
+    outs: tuple[Sharding, ...] = ()
     for i, p in enumerate(placements):
-        dim = _sharded_dim(p, len(shape))
-        if dim is None:
+        s = _sharding(p, len(shape))
+        if s is None:
             target += (p,)
-            out += (p if isinstance(p, Partial) else Replicate(),)
+            out += (p if type(p) is not Replicate and isinstance(p, Partial) else Replicate(),)
+            ins += (None,)
+            outs += (None,)
             continue
-        pb = _Problem(view, view.group_of[dim], (*target, p), out, mesh)
-        try:
-            choice, failure = _decide(pb, i, dim)
-        except _Unprovable:  # a set grew too ragged to compare: not proven, so it moves
-            choice, failure = None, None
-        if choice is not None:
+        pb = _Problem(view, view.group_of[s[0]], (*ins, s), outs, mesh)
+        kept, choice, check = _decide(pb, s[0])
+        if kept:
             target += (p,)
-            out += (choice,)
+            out += (_placement(choice),)
+            ins += (s,)
+            outs += (choice,)
             continue
         target += (Replicate(),)
         out += (Replicate(),)
-        try:
-            reason = _reason(pb, i, dim, failure)
-        except _Unprovable:
-            reason = (
-                f"its shards are too irregular to prove exactly (more than {MAX_FAMILIES} "
-                "runs per rank), so it is not kept"
-            )
-        blocked += (Blocked(i, dim, reason),)
+        ins += (None,)
+        outs += (None,)
+        blocked += (Blocked(i, s[0], _reason(check, s[0], choice)),)
     return target, out, blocked
