@@ -217,8 +217,11 @@ def _infer(total: Size, sizes: tuple[Size, ...], op: str, arg: str) -> tuple[Siz
 # ---------------------------------------------------------------------------
 
 
-def _emit_group(out: list[DimSpec], src: DimSpec, group: tuple[Size, ...], op: str) -> None:
-    """Append the specs of one output group: ``src`` split into ``group``.
+def _emit_group(
+    out: list[DimSpec], src: DimSpec, group: tuple[Size, ...], ones: Sequence[bool]
+) -> None:
+    """Append the specs of one output group: ``src`` split into ``group``, where
+    ``ones[i]`` says whether piece i has size 1 (decided by the caller).
 
     Equivalent to ``Split.new(src, group, i)`` for each ``i`` but computes the
     size-1-free group once instead of per piece.
@@ -226,10 +229,9 @@ def _emit_group(out: list[DimSpec], src: DimSpec, group: tuple[Size, ...], op: s
     if len(group) == 1:
         out.append(src)
         return
-    is_one = [decide_eq(s, 1, op) for s in group]
-    kept = tuple(s for s, one in zip(group, is_one, strict=True) if not one)
+    kept = tuple(s for s, one in zip(group, ones, strict=True) if not one)
     k = 0
-    for one in is_one:
+    for one in ones:
         if one:
             out.append(SINGLETON)
         elif len(kept) == 1:
@@ -401,21 +403,8 @@ def _view_groups_coded(
         if ti == t0:
             continue
         src = Flatten.new([_D(i) for i in range(f0, fi) if not _settled(codes.eq(fc[i], 0))])
-        group = to[t0:ti]
-        if len(group) == 1:
-            out.append(src)
-            continue
-        ones = [_settled(codes.eq(c, 1)) for c in tc[t0:ti]]
-        kept = tuple(s for s, one in zip(group, ones, strict=True) if not one)
-        k = 0
-        for one in ones:
-            if one:
-                out.append(SINGLETON)
-            elif len(kept) == 1:
-                out.append(src)
-            else:
-                out.append(Split(src, kept, k))
-                k += 1
+        pieces = tc[t0:ti] if ti - t0 > 1 else ()
+        _emit_group(out, src, to[t0:ti], [_settled(codes.eq(c, 1)) for c in pieces])
     return tuple(out)
 
 
@@ -484,7 +473,9 @@ def _view_groups_asked(from_shape: tuple[Size, ...], to_shape: tuple[Size, ...])
         if ti == t0:
             continue
         src = Flatten.new([_D(i) for i in range(f0, fi) if not decide_eq(from_shape[i], 0, op)])
-        _emit_group(out, src, to[t0:ti], op)
+        group = to[t0:ti]
+        # A single piece is the source itself: its size is never asked about.
+        _emit_group(out, src, group, [decide_eq(x, 1, op) for x in group] if len(group) > 1 else ())
     return tuple(out)
 
 
