@@ -66,8 +66,7 @@ import math
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
-from functools import lru_cache
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -335,17 +334,28 @@ class MayCopy:
     call goes on down the dispatcher as the key's fallback would send it. For example, on an
     8-mesh, ``x.reshape(1536)`` of a (6, 256) ``[Shard(0)]`` DTensor all-gathers ``x`` and
     returns a ``[Replicate()]`` view, where the strict view alone would raise.
+
+    Every reshape of a DTensor in a training step passes through here, so the common case (a
+    seen spec and shape that moves nothing) is one dict lookup on top of the dispatcher's
+    round trip through Python.
     """
 
     overload: OpOverload
     out_shape: Callable[..., tuple[Any, ...] | None]  # None: illegal arguments
+    _redispatch: Callable[..., Any] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_redispatch", self.overload._handle.redispatch_boxed)
 
     def __call__(self, keyset: torch._C.DispatchKeySet, x: Any, *args: Any, **kwargs: Any) -> Any:
         if isinstance(x, DTensor):
-            out_shape = self.out_shape(tuple(x.shape), *args, **kwargs)
+            spec = x._spec
+            out_shape = self.out_shape(spec.shape, *args, **kwargs)
             if out_shape is not None:  # else the op below raises torch's own error
-                x = redistribute_for_view(x, out_shape)
-        return self.overload.redispatch(keyset & _AFTER_SNAPSHOT, x, *args, **kwargs)
+                target = _move_to(spec, out_shape)
+                if target is not None:
+                    x = x.redistribute(spec.mesh, target)
+        return self._redispatch(keyset & _AFTER_SNAPSHOT, x, *args, **kwargs)
 
 
 def redistribute_for_view(x: DTensor, out_shape: Sequence[Any]) -> DTensor:
@@ -354,16 +364,36 @@ def redistribute_for_view(x: DTensor, out_shape: Sequence[Any]) -> DTensor:
     nothing moves, or if the engine rejects the shapes (an illegal ``out_shape``: the view
     then raises the error it raises without this step)."""
     spec = x._spec
+    target = _move_to(spec, tuple(out_shape))
+    return x if target is None else x.redistribute(spec.mesh, target)
+
+
+# (input spec, output shape) -> the input target, or None when nothing moves. The spec holds
+# the mesh, the placements and the global shape, so this is a pure function of the key. A
+# reshape that moves nothing is the common case, and the engine's answer would otherwise be
+# most of the kernel's cost. Bounded: emptied when full (and by clear_dtensor_caches()).
+_TARGETS_LIMIT = 4096
+_targets: dict[tuple[DTensorSpec, tuple[Any, ...]], tuple[Placement, ...] | None] = {}
+
+
+def _move_to(spec: DTensorSpec, out_shape: tuple[Any, ...]) -> tuple[Placement, ...] | None:
+    key = (spec, out_shape)
     try:
-        target = _input_target_cached(spec, tuple(out_shape))
+        return _targets[key]
+    except KeyError:
+        pass
     except TypeError:  # SymInt sizes are not hashable: no cache
-        target = _input_target(spec, tuple(out_shape))
-    if target is None or target == spec.placements:
-        return x
-    return x.redistribute(spec.mesh, target)
+        return _input_target(spec, out_shape)
+    target = _input_target(spec, out_shape)
+    if len(_targets) >= _TARGETS_LIMIT:
+        _targets.clear()
+    _targets[key] = target
+    return target
 
 
 def _input_target(spec: DTensorSpec, out_shape: tuple[Any, ...]) -> tuple[Placement, ...] | None:
+    """The engine's non-strict input target for viewing ``spec``'s tensor as ``out_shape``;
+    None if it equals the placements, or the engine rejects the shapes."""
     shape = tuple(spec.shape)
     try:
         rule = _view_rule(shape, out_shape)
@@ -372,7 +402,8 @@ def _input_target(spec: DTensorSpec, out_shape: tuple[Any, ...]) -> tuple[Placem
         )
     except ValueError:  # a shape (or rule) the engine rejects: the op itself raises as before
         return None
-    return tuple(target)
+    target = tuple(target)
+    return None if target == tuple(spec.placements) else target
 
 
 def _view_rule(shape: tuple[Any, ...], out_shape: tuple[Any, ...]) -> object:
@@ -380,12 +411,6 @@ def _view_rule(shape: tuple[Any, ...], out_shape: tuple[Any, ...]) -> object:
         return rules.view_groups(shape, out_shape)
     except UndecidableRule:  # a SymInt comparison only a guard could settle: torch's builder
         return _view_ops.view_groups(shape, out_shape)
-
-
-# A pure function of hashable values (the spec holds the mesh, placements and global shape).
-# Cached because a reshape that moves nothing is the common case, and the engine's answer
-# would otherwise be most of the kernel's cost; clear_dtensor_caches() empties it.
-_input_target_cached = lru_cache(maxsize=4096)(_input_target)
 
 
 def _reshaped(shape: tuple[Any, ...], new_shape: Sequence[Any]) -> tuple[Any, ...]:
@@ -531,4 +556,4 @@ def clear_dtensor_caches() -> None:
     propagator = DTensor._op_dispatcher.sharding_propagator
     propagator.propagate_op_sharding.cache.cache_clear()
     torch._C._clear_DTensor_sharding_propagator_cache()
-    _input_target_cached.cache_clear()
+    _targets.clear()
