@@ -1,9 +1,10 @@
 """The hot path (``cute_shard.engine.fast``) against the general engine it short-cuts.
 
-Wherever ``fast_propagate`` answers, the general engine (placements -> layout -> compose_view ->
-read-back, run with the hot path bypassed) must return exactly the same output placements and
-keep the input as it is. The oracle suites then cover the hot path too, since
-``propagate_shape_and_sharding`` runs it first. The hit rate is reported with ``event``.
+Wherever ``fast_propagate`` or ``leaf_propagate`` answers, the general engine (placements ->
+layout -> compose_view -> read-back, run with the hot path bypassed) must return exactly the
+same output placements and keep the input as it is; wherever ``fast_answer`` answers a view
+that must move, the same input target and output. The oracle suites then cover the hot path
+too, since ``propagate_shape_and_sharding`` runs it first. The hit rate is reported with ``event``.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from hypothesis import event, given
 
 from cute_shard.engine import propagate as P
-from cute_shard.engine.fast import fast_answer, fast_propagate
+from cute_shard.engine.fast import fast_answer, fast_propagate, leaf_propagate
 from cute_shard.engine.sharded import normalize_placements, to_torch_placement
 from property_tests.engine_strategies import ENGINE, Case, cases, even_view_cases, view_cases
 
@@ -32,6 +33,14 @@ def _check(case: Case) -> None:
         if fast is None:
             continue
         assert _general(case, complex_view) == (case.placements, fast), str(case)
+    for complex_view in (None, False, True):
+        args = (case.placements, case.shape, case.rule, case.mesh, complex_view)
+        if fast_propagate(*args) is not None:
+            continue
+        read = leaf_propagate(*args)
+        event(f"leaf pass answered where the hot path did not: {read is not None}")
+        if read is not None:
+            assert _general(case, complex_view) == (case.placements, read), str(case)
     for complex_view in (None, False, True):
         answer = fast_answer(case.placements, case.shape, case.rule, case.mesh, complex_view)
         moved = answer is not None and answer[0] != case.placements

@@ -3,17 +3,21 @@
 The pools are what the benchmark times: seeded views of every static family (flatten,
 unflatten, reshape, permute, squeeze, expand, _StridedShard inputs, uneven sizes) on 1-D,
 2-D and 3-D meshes, many of them needing some mesh dims to move. Wherever the hot path
-answers (``fast_answer``), the general engine must give the same input target and output.
+answers (``fast_answer``), the general engine must give the same input target and output. The
+leaf pass (``leaf_propagate``) answers the even views the hot path's flat lists cannot hold.
 """
 
 from __future__ import annotations
 
 import pytest
+from torch.distributed.tensor.placement_types import Shard, _StridedShard
 
+import cute_shard
 from bench.propagate_cases import BUILDERS, make_pool
 from cute_shard.engine import propagate as P
-from cute_shard.engine.fast import fast_answer
+from cute_shard.engine.fast import fast_answer, fast_propagate, leaf_propagate
 from cute_shard.engine.sharded import normalize_placements, to_torch_placement
+from cute_shard.rules import parse_rule
 
 FAMILIES = ("flatten", "unflatten", "reshape", "permute", "squeeze", "expand", "strided", "uneven")
 
@@ -42,3 +46,36 @@ def test_hot_path_equals_general_engine_on_bench_pools(family: str) -> None:
     assert answered > 0
     if family in ("unflatten", "reshape", "strided"):
         assert moved > 20, f"only {moved} views that move mesh dims were answered"
+
+
+@pytest.mark.parametrize(
+    ("shape", "mesh", "placements", "rule", "want"),
+    [
+        # Shard(1) after _StridedShard(1, 2) on mesh (2, 4): mesh dim 1's gpu sub-mode falls
+        # in two pieces, with mesh dim 0's between them.
+        (
+            (16, 16, 8),
+            (2, 4),
+            (_StridedShard(1, split_factor=2), Shard(1)),
+            "(d0, flat(d1,d2))",
+            (_StridedShard(1, split_factor=2), Shard(1)),
+        ),
+        (
+            (48, 2, 4),
+            (2, 4),
+            (_StridedShard(0, split_factor=6), _StridedShard(0, split_factor=3)),
+            "(split(flat(d0,d1,d2), (3,128), 0), split(flat(d0,d1,d2), (3,128), 1))",
+            (_StridedShard(1, split_factor=2), Shard(1)),
+        ),
+    ],
+)
+def test_leaf_pass_reads_gpu_sub_modes_in_several_pieces(
+    shape: tuple[int, ...], mesh: tuple[int, ...], placements: tuple, rule: str, want: tuple
+) -> None:
+    parsed = parse_rule(rule)
+    assert fast_propagate(placements, shape, parsed, mesh, None) is None
+    assert leaf_propagate(placements, shape, parsed, mesh, None) == want
+    assert _general(placements, shape, parsed, mesh, None) == (placements, want)
+    assert cute_shard.propagate_shape_and_sharding(
+        placements, shape, parsed, mesh, strict_view=True
+    ) == (placements, want)

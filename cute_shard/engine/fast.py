@@ -23,7 +23,13 @@ tag is ``-1`` for a local sub-mode and the mesh dim for a gpu one.
   leaving out those of the mesh dims before m (they are already applied).
 
 ``InputDim`` outputs carry their placements verbatim (the local op moves the dim whole), as
-in the general engine. ``tests``/``property_tests`` check that this path and the general one
+in the general engine.
+
+Where these flat lists give up (a mesh dim's gpu sub-mode in several pieces, as a ``Shard``
+after a ``_StridedShard`` of the same dim makes it) and for views that must move, the *leaf
+pass* (``_leaf_pass``) runs the general engine's first attempt step for step on int leaves
+``(size, mesh dim or LOCAL, part)``: carve, coalesce, route innermost piece first, read back.
+It gives the failing mesh dims, or, when nothing fails, the output placements. ``tests``/``property_tests`` check that this path and the general one
 agree on every case this path answers.
 """
 
@@ -49,6 +55,7 @@ __all__ = [
     "failures",
     "fast_answer",
     "fast_propagate",
+    "leaf_propagate",
     "placement",
     "search_moves",
 ]
@@ -411,9 +418,10 @@ def search_moves(
     complex_view: bool | None,
 ) -> tuple[tuple[Placement, ...], tuple[Placement, ...]] | None:
     """:func:`fast_answer` for a view :func:`fast_propagate` did not answer."""
-    found = failures(placements, shape, rule, mesh, complex_view)
-    if not found:
-        return None
+    out = list(placements)
+    found = _leaf_pass(placements, shape, rule, mesh, complex_view, out)
+    if found <= 0:  # no communication (read by the leaf pass), or not covered
+        return (tuple(placements), tuple(out)) if found == 0 else None
     # Once the pairs dim is replicated, an answer is valid for both readings of the rule.
     cv = None if complex_view is not False and complex_pair_dim(rule, shape) is not None else False
     direct = found & ~OPTIONAL
@@ -432,11 +440,9 @@ def search_moves(
         for m in range(len(target)):
             if moved >> m & 1:
                 target[m] = _REPLICATE
-        out = fast_propagate(target, shape, rule, mesh, cv)
-        if out is not None:
-            return tuple(target), out
-        if not failures(target, shape, rule, mesh, cv):
-            return None  # the general engine may succeed where the hot path gives up
+        answer = _try_target(target, shape, rule, mesh, cv)
+        if answer is not False:
+            return answer
     # The rest of the search, in the general engine's order (rarely reached).
     sharded_dims = [
         m for m, p in enumerate(placements) if type(p) is Shard or type(p) is _StridedShard
@@ -463,12 +469,29 @@ def search_moves(
         target = list(placements)
         for m in subset:
             target[m] = _REPLICATE
-        out = fast_propagate(target, shape, rule, mesh, cv)
-        if out is not None:
-            return tuple(target), out
-        if not failures(target, shape, rule, mesh, cv):
-            return None
+        answer = _try_target(target, shape, rule, mesh, cv)
+        if answer is not False:
+            return answer
     return None
+
+
+def _try_target(
+    target: list[Placement],
+    shape: tuple[int, ...],
+    rule: tuple[DimSpec, ...],
+    mesh: tuple[int, ...],
+    cv: bool | None,
+) -> tuple[tuple[Placement, ...], tuple[Placement, ...]] | bool | None:
+    """One step of the search: the answer if the view of ``target`` needs no communication,
+    False if it does (the search goes on), None if only the general engine can tell."""
+    out = fast_propagate(target, shape, rule, mesh, cv)
+    if out is not None:
+        return tuple(target), out
+    read = list(target)
+    found = _leaf_pass(target, shape, rule, mesh, cv, read)
+    if found == 0:
+        return tuple(target), tuple(read)
+    return False if found > 0 else None
 
 
 _REPLICATE = Replicate()
@@ -491,7 +514,39 @@ def failures(
     """What the general engine's first attempt (``propagate._attempt``) finds failing for
     this view, as a bit mask: bit m for a mesh dim that fails directly, :data:`OPTIONAL` if
     a group's local sub-modes are cut. 0 when nothing fails or this path does not cover the
-    case.
+    case (:func:`_leaf_pass`)."""
+    found = _leaf_pass(placements, shape, rule, mesh, complex_view, None)
+    return found if found > 0 else 0
+
+
+def leaf_propagate(
+    placements: Sequence[Placement],
+    shape: tuple[int, ...],
+    rule: tuple[DimSpec, ...],
+    mesh: tuple[int, ...],
+    complex_view: bool | None,
+) -> tuple[Placement, ...] | None:
+    """The general engine's zero-communication output for this view, or None (something
+    fails, or :func:`_leaf_pass` does not cover the case). It answers the even views
+    :func:`fast_propagate` gives up on: a mesh dim whose gpu sub-mode falls in several
+    pieces (a ``Shard`` after a ``_StridedShard`` of the same dim that cuts through it)."""
+    out = list(placements)
+    if _leaf_pass(placements, shape, rule, mesh, complex_view, out):
+        return None
+    return tuple(out)
+
+
+def _leaf_pass(
+    placements: Sequence[Placement],
+    shape: tuple[int, ...],
+    rule: tuple[DimSpec, ...],
+    mesh: tuple[int, ...],
+    complex_view: bool | None,
+    out: list[Placement] | None,
+) -> int:
+    """The general engine's first attempt with int leaves: the failure mask (see
+    :func:`failures`), or -1 where this path does not cover the case. With ``out`` and a
+    mask of 0, ``out`` holds the output placements read back (``layout_to_placements``).
 
     It follows the general engine step by step, with int tuples for leaves: the layout
     (``carve``, ``coalesce_leaves``), the routing of each group (``_take``, innermost piece
@@ -503,16 +558,16 @@ def failures(
     """
     ndim = len(shape)
     if len(placements) != len(mesh):
-        return 0
+        return -1
     for n in shape:
         if type(n) is not int or n < 1:
-            return 0
+            return -1
     for n in mesh:
         if type(n) is not int or n < 1:
-            return 0
+            return -1
     dims = _shard_dims(placements, ndim, mesh)
-    if not dims:
-        return 0
+    if not dims:  # nothing sharded: fast_propagate's, and it did not answer
+        return -1
     failed = 0
     if complex_view is not False and complex_pair_dim(rule, shape) is not None:
         # It may be view_as_complex: a mesh dim sharding the (real, imag) pairs fails.
@@ -524,7 +579,7 @@ def failures(
         for m, sf in steps:
             carved = _carve(dim, m, mesh[m], sf)
             if carved is None:
-                return 0
+                return -1
             dim = carved
         leaves[d] = dim
     used = 0
@@ -535,9 +590,9 @@ def failures(
         if cls is Singleton or cls is NewDim:
             continue
         if source is not None and (cls is not Split or spec.input_dim != source):  # type: ignore[attr-defined]
-            used = _fail_split(shape, rule, source, ids, used, leaves)
+            used = _fail_split(shape, rule, source, ids, used, leaves, out)
             if used < 0:
-                return 0
+                return -1
             failed |= used >> ndim
             used &= (1 << ndim) - 1
             source = None
@@ -545,8 +600,15 @@ def failures(
             src = (spec.input_dim,) if cls is InputDim else _flat_dims(spec)  # type: ignore[attr-defined]
             used = _use(src, used, ndim)
             if used < 0:
-                return 0
-            failed |= _unreadable(_group(shape, leaves, src))
+                return -1
+            group = _group(shape, leaves, src)
+            failed |= _unreadable(group)
+            if out is not None and not failed:
+                if cls is InputDim:  # the local op moves the dim whole: placements verbatim
+                    for m, sf in dims.get(src[0], ()):
+                        out[m] = placement(o, sf)
+                else:
+                    _read_leaves(group, o, out)
         elif cls is Split:
             if source is None:
                 source = spec.input_dim  # type: ignore[attr-defined]
@@ -557,21 +619,21 @@ def failures(
             if type(inner) is InputDim:
                 d = inner.input_dim
                 if d >= ndim or shape[d] != 1 or used >> d & 1:
-                    return 0
+                    return -1
                 used |= 1 << d
             elif type(inner) is not Singleton:
-                return 0
+                return -1
         else:
-            return 0
+            return -1
     if source is not None:
-        used = _fail_split(shape, rule, source, ids, used, leaves)
+        used = _fail_split(shape, rule, source, ids, used, leaves, out)
         if used < 0:
-            return 0
+            return -1
         failed |= used >> ndim
         used &= (1 << ndim) - 1
     for d in range(ndim):
         if not used >> d & 1 and shape[d] != 1:
-            return 0
+            return -1
     return failed
 
 
@@ -582,10 +644,12 @@ def _fail_split(
     ids: list[tuple[int, int]],
     used: int,
     leaves: dict[int, list[_Leaf]],
+    out: list[Placement] | None,
 ) -> int:
-    """Route one source's consecutive ``Split``s for :func:`failures`: ``used`` with the
+    """Route one source's consecutive ``Split``s for :func:`_leaf_pass`: ``used`` with the
     group's failure mask shifted above the input dims' bits, or -1 to leave the case to the
-    general engine (a bad rule, a source split twice, view_as_real)."""
+    general engine (a bad rule, a source split twice, view_as_real). With ``out`` and no
+    failure, the pieces' placements are read into ``out``."""
     if type(source) is InputDim:
         src: tuple[int, ...] = (source.input_dim,)  # type: ignore[attr-defined]
     elif type(source) is Flatten:
@@ -623,7 +687,13 @@ def _fail_split(
             break
     else:
         return used  # no sharded dim: every piece is local
-    return used | _take_pieces(_group(shape, leaves, src), pieces) << ndim
+    taken: list[list[_Leaf]] = []
+    failed = _take_pieces(_group(shape, leaves, src), pieces, taken)
+    if out is not None and not failed:
+        last = len(pieces) - 1
+        for k, piece in enumerate(taken):  # innermost piece first
+            _read_leaves(piece, targets[last - k], out)
+    return used | failed << ndim
 
 
 def _flat_dims(spec: DimSpec) -> tuple[int, ...]:
@@ -712,11 +782,11 @@ def _group(
     return _coalesce(joined)
 
 
-def _take_pieces(leaves: list[_Leaf], pieces: Sequence[int]) -> int:
-    """Route one split group innermost piece first, as ``compose._route_group``, and read
-    the pieces back; what fails (a mask as :func:`failures` returns)."""
+def _take_pieces(leaves: list[_Leaf], pieces: Sequence[int], taken: list[list[_Leaf]]) -> int:
+    """Route one split group innermost piece first, as ``compose._route_group``, into
+    ``taken`` (innermost piece first), and check the pieces read back; what fails (a mask as
+    :func:`failures` returns)."""
     rest = list(leaves)
-    taken: list[list[_Leaf]] = []
     failed = 0
     for j in range(len(pieces) - 1, -1, -1):
         q = pieces[j]
@@ -756,6 +826,22 @@ def _take_pieces(leaves: list[_Leaf], pieces: Sequence[int]) -> int:
     for piece in taken:
         failed |= _unreadable(piece)
     return failed
+
+
+def _read_leaves(leaves: list[_Leaf], o: int, out: list[Placement]) -> None:
+    """``layout_to_placements`` for one output dim o whose sub-modes (fastest first) are
+    readable (:func:`_unreadable` is 0): mesh dim m's split factor is the product of the
+    sub-modes slower than its block, leaving out those of the mesh dims before m."""
+    for _, m, _ in leaves:
+        if m == LOCAL:
+            continue
+        sf = 1
+        for size, m2, _ in reversed(leaves):  # slowest first, down to m's block
+            if m2 == m:
+                break
+            if m2 == LOCAL or m2 > m:
+                sf *= size
+        out[m] = placement(o, sf)
 
 
 def _unreadable(leaves: list[_Leaf]) -> int:

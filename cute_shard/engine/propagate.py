@@ -28,7 +28,7 @@ from torch.distributed.tensor.placement_types import Partial, Placement
 from ..rules import Broadcast, DimSpec, Flatten, InputDim, Repeat
 from .compose import _rule_groups_cached, compose_view, rule_groups
 from .errors import Blocked, RedistributionRequired
-from .fast import complex_pair_dim, fast_propagate, search_moves
+from .fast import complex_pair_dim, fast_propagate, leaf_propagate, search_moves
 from .sharded import (
     MeshPlacement,
     layout_to_placements,
@@ -74,7 +74,11 @@ def propagate_shape_and_sharding(
     fast = fast_propagate(placements, shape, ours, mesh, complex_view)
     if fast is not None:  # the common even, zero-communication view
         return tuple(placements), fast
-    if not strict_view:  # (a strict view that must move raises, with the general engine's reasons)
+    if strict_view:  # (a strict view that must move raises, with the general engine's reasons)
+        fast = leaf_propagate(placements, shape, ours, mesh, complex_view)
+        if fast is not None:
+            return tuple(placements), fast
+    else:
         answer = search_moves(placements, shape, ours, mesh, complex_view)
         if answer is not None:
             return answer
