@@ -29,8 +29,10 @@ Where these flat lists give up (a mesh dim's gpu sub-mode in several pieces, as 
 after a ``_StridedShard`` of the same dim makes it) and for views that must move, the *leaf
 pass* (``_leaf_pass``) runs the general engine's first attempt step for step on int leaves
 ``(size, mesh dim or LOCAL, part)``: carve, coalesce, route innermost piece first, read back.
-It gives the failing mesh dims, or, when nothing fails, the output placements. ``tests``/``property_tests`` check that this path and the general one
-agree on every case this path answers.
+It gives the failing mesh dims, or, when nothing fails, the output placements.
+
+``tests``/``property_tests`` check that these paths and the general one agree on every case
+they answer.
 """
 
 from __future__ import annotations
@@ -483,10 +485,8 @@ def _try_target(
     cv: bool | None,
 ) -> tuple[tuple[Placement, ...], tuple[Placement, ...]] | bool | None:
     """One step of the search: the answer if the view of ``target`` needs no communication,
-    False if it does (the search goes on), None if only the general engine can tell."""
-    out = fast_propagate(target, shape, rule, mesh, cv)
-    if out is not None:
-        return tuple(target), out
+    False if it does (the search goes on), None if only the general engine can tell. Most
+    steps fail, so the leaf pass runs alone: it tells both at once."""
     read = list(target)
     found = _leaf_pass(target, shape, rule, mesh, cv, read)
     if found == 0:
@@ -566,7 +566,7 @@ def _leaf_pass(
         if type(n) is not int or n < 1:
             return -1
     dims = _shard_dims(placements, ndim, mesh)
-    if not dims:  # nothing sharded: fast_propagate's, and it did not answer
+    if dims is None:
         return -1
     failed = 0
     if complex_view is not False and complex_pair_dim(rule, shape) is not None:
