@@ -48,7 +48,7 @@ from torch.distributed.tensor.placement_types import (
     _StridedShard,
 )
 
-from ..rules import Broadcast, DimSpec, Flatten, InputDim, NewDim, Singleton, Split
+from ..rules import Broadcast, DimSpec, Flatten, InputDim, NewDim, Repeat, Singleton, Split
 from .sizes import Size, is_static
 
 __all__ = [
@@ -96,6 +96,12 @@ def fast_propagate(
     for n in mesh:
         if type(n) is not int or n < 1:
             return None
+    for spec in rule:
+        cls = type(spec)
+        if cls is Flatten or cls is Split or cls is Repeat:
+            break
+    else:
+        return _moved_dims(placements, shape, rule, mesh)
     dims = _shard_dims(placements, ndim, mesh)
     if dims is None:
         return None
@@ -157,6 +163,61 @@ def fast_propagate(
         for d in range(ndim):
             if not used >> d & 1 and (shape[d] != 1 or d in dims):
                 return None
+    return tuple(out)
+
+
+def _moved_dims(
+    placements: Sequence[Placement],
+    shape: tuple[int, ...],
+    rule: tuple[DimSpec, ...],
+    mesh: tuple[int, ...],
+) -> tuple[Placement, ...] | None:
+    """:func:`fast_propagate` for a rule that only moves, adds and drops dims (``InputDim``,
+    size-1 and new dims, ``Broadcast``: permute, transpose, squeeze, unsqueeze, expand):
+    every placement is relabelled to its dim's output position."""
+    ndim = len(shape)
+    at = [-1] * ndim  # output position of each input dim; -2 broadcast
+    for o, spec in enumerate(rule):
+        cls = type(spec)
+        if cls is InputDim:
+            d = spec.input_dim  # type: ignore[attr-defined]
+            if d >= ndim or at[d] != -1:
+                return None
+            at[d] = o
+        elif cls is Singleton or cls is NewDim:
+            continue
+        elif cls is Broadcast:
+            inner = spec.dim  # type: ignore[attr-defined]
+            if type(inner) is InputDim:
+                d = inner.input_dim
+                if d >= ndim or shape[d] != 1 or at[d] != -1:
+                    return None
+                at[d] = -2
+        else:
+            return None
+    out = list(placements)
+    m = 0
+    for p in placements:
+        cls = type(p)
+        if cls is Shard or cls is _StridedShard:
+            d = p.dim  # type: ignore[attr-defined]
+            if d < 0:
+                d += ndim
+            if not 0 <= d < ndim or mesh[m] == 1 or at[d] < 0:
+                return None  # (a sharded dim dropped or broadcast: the general engine)
+            if cls is Shard:
+                out[m] = placement(at[d], 1)
+            else:
+                sf = p.split_factor  # type: ignore[attr-defined]
+                if type(sf) is not int or sf < 1:
+                    return None
+                out[m] = placement(at[d], sf)
+        elif cls is not Replicate and not isinstance(p, Partial):
+            return None
+        m += 1
+    for d in range(ndim):
+        if at[d] == -1 and shape[d] != 1:  # only size-1 dims may disappear
+            return None
     return tuple(out)
 
 
