@@ -70,10 +70,17 @@ def propagate_shape_and_sharding(
     """
     shape = global_shape if type(global_shape) is tuple else tuple(global_shape)
     mesh = mesh_shape if type(mesh_shape) is tuple else tuple(mesh_shape)
-    ours = _as_rule(rule if type(rule) is tuple else tuple(rule))
-    fast = fast_propagate(placements, shape, ours, mesh, complex_view)
-    if fast is not None:  # the common even, zero-communication view
+    given = rule if type(rule) is tuple else tuple(rule)
+    # The common even, zero-communication view. The hot path answers only for cute_shard's
+    # own DimSpecs (it tests their exact types), so it runs before any conversion.
+    fast = fast_propagate(placements, shape, given, mesh, complex_view)
+    if fast is not None:
         return tuple(placements), fast
+    ours = _as_rule(given)
+    if ours is not given:  # torch's DimSpecs, converted
+        fast = fast_propagate(placements, shape, ours, mesh, complex_view)
+        if fast is not None:
+            return tuple(placements), fast
     if strict_view:  # (a strict view that must move raises, with the general engine's reasons)
         fast = leaf_propagate(placements, shape, ours, mesh, complex_view)
         if fast is not None:
