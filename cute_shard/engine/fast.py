@@ -136,11 +136,29 @@ def fast_propagate(
             used = _use(src, used, ndim)
             if used < 0:
                 return None
+            hit = -1  # the one sharded dim of the group, -2 for several
             for d in src:
-                if d in dims:  # only a group holding a sharded dim needs routing
-                    if not _route(shape, src, None, (o,), dims, mesh, out):
-                        return None
-                    break
+                if d in dims:
+                    if hit >= 0:
+                        hit = -2
+                        break
+                    hit = d
+            if hit == -1:  # only a group holding a sharded dim needs routing
+                continue
+            if hit >= 0 and len(dims[hit]) == 1 and dims[hit][0][1] == 1:
+                # One Shard: sub-modes (dims before it, n, the rest), so its split factor
+                # is the size of the dims before it.
+                m = dims[hit][0][0]
+                if shape[hit] % mesh[m]:
+                    return None
+                outer = 1
+                for d in src:
+                    if d == hit:
+                        break
+                    outer *= shape[d]
+                out[m] = placement(o, outer)
+            elif not _route(shape, src, None, (o,), dims, mesh, out):
+                return None
         elif cls is Split:
             if source is None:
                 source = spec.input_dim  # type: ignore[attr-defined]
