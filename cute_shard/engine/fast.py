@@ -281,6 +281,16 @@ def _split_group(
     targets = [0] * len(pieces)
     for split_id, o in ids:
         targets[split_id] = o
+    if len(src) == 1:
+        steps = dims[src[0]]
+        if len(steps) == 1 and steps[0][1] == 1:
+            # One Shard of one dim: sub-modes (n, rest). It stays whole iff the first piece
+            # holds it, and then it is that piece's Shard.
+            m = steps[0][0]
+            if total % mesh[m] or pieces[0] % mesh[m]:
+                return -1
+            out[m] = placement(targets[0], 1)
+            return used
     return used if _route(shape, src, pieces, targets, dims, mesh, out) else -1
 
 
