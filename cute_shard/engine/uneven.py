@@ -40,7 +40,8 @@ How it decides
    sharded one for a view). The first valid one is kept. A valid prefix stays valid (later
    mesh dims only partition it), and every valid candidate leaves the ranks the same sets,
    hence later mesh dims the same choices, so keeping the first loses nothing. If none is
-   valid the mesh dim is replicated and a :class:`Blocked` says why.
+   valid the mesh dim is replicated and a :class:`Blocked` says why (its text is written when
+   first read: only a strict view that raises reads it).
 
    The check is by induction (:class:`_Check`): as the prefix is valid, every rank holds what
    it is assigned, one sorted set in the same order on both sides, so only the step has to
@@ -48,7 +49,9 @@ How it decides
    candidate's chunk keeps along the output dim. Those depend only on the rank's local
    lengths and its coordinate on mesh dim ``i``, so the ranks reduce to a few distinct
    states; a candidate is checked on each by chunk arithmetic (counts, for whole runs of
-   split factors at once), then by its positions.
+   split factors at once), then by its positions. Where the input side's positions have a
+   period that the output dim's cannot have, whatever the split factor, every candidate on
+   that output dim is rejected at once.
 
 Worked example: ``(4, 15, 128) -> (60, 128)`` on mesh ``(4,)`` with ``[Shard(1)]``. The rule is
 ``(flat(d0,d1), d2)``; the group ``flat(d0,d1)`` has flat index ``15*i0 + i1``. Chunks of 15 over
@@ -73,9 +76,9 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
+import operator
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from functools import cached_property, lru_cache
+from functools import lru_cache
 from typing import NamedTuple
 
 import numpy as np
@@ -311,59 +314,73 @@ def _describe(s: IntSet, limit: int = 3) -> str:
     return ", ".join(shown)
 
 
-def _intervals(s: IntSet) -> Iterator[tuple[int, int]]:
-    for start, w, st, c in s:
-        for t in range(c):
-            yield start + t * st, start + t * st + w
-
-
-def _product_intervals(digits: Sequence[tuple[IntSet, int]]) -> Iterator[tuple[int, int]]:
-    """The maximal intervals of ``_flat(digits)``, in order, built lazily: a message needs
-    only the first few, and the whole set may be large and ragged."""
+def _first_runs(digits: Sequence[tuple[IntSet, int]], n: int) -> list[list[int]]:
+    """The first ``n`` maximal intervals ``[a, b]`` of ``_flat(digits)``, in order, the last
+    one possibly cut short: a message needs only the first few, and the whole set may be
+    large and ragged, so the product is walked only that far."""
     if any(not s for s, _ in digits):
-        return
-    strides = [math.prod(n for _, n in digits[k + 1 :]) for k in range(len(digits))]
+        return []
+    if not digits:
+        return [[0, 1]]
+    strides = [1] * len(digits)  # of each digit in the flat index
+    for k in range(len(digits) - 2, -1, -1):
+        strides[k] = strides[k + 1] * digits[k + 1][1]
     whole_from = len(digits)  # digits[whole_from:] are held whole
     while whole_from and digits[whole_from - 1][0] == _full(digits[whole_from - 1][1]):
         whole_from -= 1
+    runs: list[list[int]] = []
+    _walk(digits, strides, whole_from, 0, 0, runs, n)
+    return runs
 
-    def pieces(k: int, base: int) -> Iterator[tuple[int, int]]:
-        s, stride = digits[k][0], strides[k]
-        for a, b in _intervals(s):
+
+def _walk(
+    digits: Sequence[tuple[IntSet, int]],
+    strides: list[int],
+    whole_from: int,
+    k: int,
+    base: int,
+    runs: list[list[int]],
+    n: int,
+) -> bool:
+    """Append the intervals of digit ``k`` on (at offset ``base``) to ``runs``, merging
+    touching ones; True once ``runs`` has ``n`` of them (the walk stops)."""
+    stride = strides[k]
+    for start, w, st, c in digits[k][0]:
+        for t in range(c):
+            a = start + t * st
             if k + 1 >= whole_from:  # all inside is whole: one interval per interval of s
-                yield base + a * stride, base + b * stride
+                lo, hi = base + a * stride, base + (a + w) * stride
+                if runs and runs[-1][1] == lo:
+                    runs[-1][1] = hi
+                    continue
+                runs.append([lo, hi])
+                if len(runs) == n:
+                    return True
             else:
-                for x in range(a, b):
-                    yield from pieces(k + 1, base + x * stride)
-
-    run = None
-    for a, b in pieces(0, 0) if digits else iter(((0, 1),)):
-        if run is not None and run[1] == a:
-            run = (run[0], b)
-            continue
-        if run is not None:
-            yield run
-        run = (a, b)
-    if run is not None:
-        yield run
+                for x in range(a, a + w):
+                    if _walk(digits, strides, whole_from, k + 1, base + x * stride, runs, n):
+                        return True
+    return False
 
 
 def _describe_digits(digits: Sequence[tuple[IntSet, int]], limit: int = 3) -> str:
     """``_describe(_canonical(_flat(digits)))``, from the first intervals only."""
-    shown: list[str] = []
-    for a, b in _product_intervals(digits):
-        if len(shown) == limit:
-            count = math.prod(_count(s) for s, _ in digits)
-            return f"{', '.join(shown)}, ... ({count} elements)"
-        shown.append(f"[{a}, {b})")
-    return ", ".join(shown) or "nothing"
+    runs = _first_runs(digits, limit + 1)
+    shown = ", ".join([f"[{a}, {b})" for a, b in runs[:limit]])
+    if len(runs) > limit:
+        count = math.prod(_count(s) for s, _ in digits)
+        return f"{shown}, ... ({count} elements)"
+    return shown or "nothing"
 
 
 # ============================================================================ rule groups
 
 
-@dataclass(frozen=True)
-class _Factor:
+# The group values are NamedTuples, not frozen dataclasses: every cold call builds a few dozen,
+# and a NamedTuple is several times cheaper to build. Groups are told apart by identity.
+
+
+class _Factor(NamedTuple):
     """One radix digit of a group's input side: an input dim, or ``dim=None`` for a digit
     every rank holds whole (the copies of a ``Repeat``). ``pinned`` digits are not part of the
     flat index: every rank must hold them whole."""
@@ -373,16 +390,14 @@ class _Factor:
     pinned: bool = False
 
 
-@dataclass(frozen=True)
-class _Piece:
+class _Piece(NamedTuple):
     """One output dim of a group (a shardable one) and its size in this reading."""
 
     dim: int
     size: int
 
 
-@dataclass(frozen=True)
-class _Reading:
+class _Reading(NamedTuple):
     """How a group's input digits line up with its output pieces (both row-major).
 
     ``broadcast``: a size-1 input dim expanded into the piece. Every value of the piece is
@@ -395,58 +410,79 @@ class _Reading:
     broadcast: bool = False
 
 
-@dataclass(frozen=True)
-class _Group:
+#: A message with its values: ``template.format(*values)``, formatted only if a reason shows it.
+Text = tuple[str, tuple[object, ...]]
+
+
+class _Group(NamedTuple):
     """Input ``dims``, one or more readings that must all hold, and what the view does."""
 
     dims: tuple[int, ...]
     readings: tuple[_Reading, ...]
-    what: str
+    what: Text
 
 
-@dataclass(frozen=True, eq=False)
+def _text(text: Text) -> str:
+    template, values = text
+    return template.format(*values)
+
+
 class _View:
     """The rule cut into groups, plus what the checks need to know about the whole op.
 
     ``local_view``: only view-family ops (view, reshape, flatten, unflatten) have this rule,
     so each rank runs ``local.view(shape)``, which accepts an empty local tensor for any
     output shape of numel 0. Other ops (squeeze, permute, expand, ...) check shapes per dim.
+
+    ``groups``: each group once, in the order of ``group_of``; ``out_sizes``: each output
+    piece's size (in its group's first reading); ``piece_group``: the group of each output
+    piece.
     """
 
-    group_of: dict[int, _Group]
-    shape: tuple[int, ...]
-    out_ndim: int
-    out_sizes: dict[int, int]
-    local_view: bool
+    __slots__ = (
+        "_group_order",
+        "_piece_sizes",
+        "empty",
+        "group_of",
+        "groups",
+        "local_view",
+        "out_ndim",
+        "out_sizes",
+        "piece_group",
+        "shape",
+    )
 
-    @cached_property
-    def empty(self) -> bool:
-        return math.prod(self.shape) == 0
+    def __init__(
+        self, group_of: dict[int, _Group], shape: tuple[int, ...], out_ndim: int, local_view: bool
+    ) -> None:
+        self.group_of = group_of
+        self.shape = shape
+        self.out_ndim = out_ndim
+        self.local_view = local_view
+        self.empty = 0 in shape
+        self.groups = groups = list({id(g): g for g in group_of.values()}.values())
+        self.out_sizes = {p.dim: p.size for g in groups for p in g.readings[0].pieces}
+        self.piece_group = {p.dim: g for g in groups for r in g.readings for p in r.pieces}
+        self._group_order: dict[int, int] | None = None
+        self._piece_sizes: dict[int, set[int]] | None = None
 
-    @cached_property
-    def groups(self) -> list[_Group]:
-        """Each group once, in the order of ``group_of``."""
-        return list({id(g): g for g in self.group_of.values()}.values())
-
-    @cached_property
     def group_order(self) -> dict[int, int]:
-        return {id(g): k for k, g in enumerate(self.groups)}
+        """Each group's place in :attr:`groups`, by ``id``."""
+        if self._group_order is None:
+            self._group_order = {id(g): k for k, g in enumerate(self.groups)}
+        return self._group_order
 
-    @cached_property
-    def piece_group(self) -> dict[int, _Group]:
-        """The group each output piece belongs to."""
-        return {p.dim: g for g in self.groups for r in g.readings for p in r.pieces}
-
-    @cached_property
     def piece_sizes(self) -> dict[int, set[int]]:
         """The sizes each output piece has, in every reading and in ``out_sizes`` (two for
         the flatten that may be view_as_complex)."""
-        sizes = {o: {n} for o, n in self.out_sizes.items()}
-        for g in self.groups:
-            for r in g.readings:
-                for p in r.pieces:
-                    sizes.setdefault(p.dim, set()).add(p.size)
-        return sizes
+        if self._piece_sizes is None:
+            sizes = {o: {n} for o, n in self.out_sizes.items()}
+            for g in self.groups:
+                for r in g.readings:
+                    for p in r.pieces:
+                        sizes.setdefault(p.dim, set()).add(p.size)
+            self._piece_sizes = sizes
+        return self._piece_sizes
 
 
 def _source_dims(spec: DimSpec) -> tuple[int, ...] | None:
@@ -463,8 +499,8 @@ def _all_input_dims(spec: DimSpec) -> tuple[int, ...]:
     return tuple(d for inner in spec.inputs() for d in _all_input_dims(inner))
 
 
-def _pinned(dims: Sequence[int], shape: tuple[int, ...], what: str) -> _Group:
-    factors = tuple(_Factor(d, shape[d], pinned=True) for d in dims)
+def _pinned(dims: Sequence[int], shape: tuple[int, ...], what: Text) -> _Group:
+    factors = tuple([_Factor(d, shape[d], True) for d in dims])
     return _Group(tuple(dims), (_Reading(factors, ()),), what)
 
 
@@ -474,10 +510,10 @@ _Claim = tuple[str, object, int, int]
 
 def _claims(
     rule: Sequence[DimSpec],
-) -> tuple[dict[tuple[int, ...], list[_Claim]], dict[int, str]]:
+) -> tuple[dict[tuple[int, ...], list[_Claim]], dict[int, Text]]:
     """Which source each output dim comes from; input dims that carry no output sharding."""
     claims: dict[tuple[int, ...], list[_Claim]] = {}
-    pinned: dict[int, str] = {}
+    pinned: dict[int, Text] = {}
     for o, spec in enumerate(rule):
         src = _source_dims(spec)
         if src is not None:
@@ -497,20 +533,20 @@ def _claims(
             claims.setdefault((spec.dim.input_dim,), []).append(("bcast", spec.dim_size, o, 0))
             continue
         for d in _all_input_dims(spec):
-            pinned[d] = f"the view's output dim {o} = {spec} carries no sharding of it"
+            pinned[d] = ("the view's output dim {} = {} carries no sharding of it", (o, spec))
     return claims, pinned
 
 
 def _reading(
     dims: tuple[int, ...], claims: list[_Claim], shape: tuple[int, ...]
-) -> tuple[_Reading, str] | None:
+) -> tuple[_Reading, Text] | None:
     """The reading of one source's claims, or None if they are not a view of it."""
-    sizes = tuple(shape[d] for d in dims)
+    sizes = tuple([shape[d] for d in dims])
     total = math.prod(sizes)
-    factors = tuple(_Factor(d, shape[d]) for d in dims)
-    kind, arg, o, _ = claims[0]
     if total == 0:
         return None  # nothing to shard; pinned keeps every mesh dim without a guess
+    factors = tuple([_Factor(d, n) for d, n in zip(dims, sizes, strict=True)])
+    kind, arg, o, _ = claims[0]
     if len(claims) == 1 and kind != "split":
         return _single_reading(dims, factors, kind, arg, o, total)
     if kind != "split" or any(c[0] != "split" or c[1] != arg for c in claims):
@@ -519,34 +555,42 @@ def _reading(
     outs = {c[3]: c[2] for c in claims}
     if len(outs) != len(claims) or sorted(outs) != list(range(len(group))):
         return None
-    src = f"dim {dims[0]}" if len(dims) == 1 else f"flat(dims {dims}, sizes {sizes})"
-    what = f"the split {group} of {src} (size {total})"
+    if len(dims) == 1:
+        what: Text = ("the split {} of dim {} (size {})", (group, dims[0], total))
+    else:
+        what = ("the split {} of flat(dims {}, sizes {}) (size {})", (group, dims, sizes, total))
     if math.prod(group) == total:
-        return _Reading(factors, tuple(_Piece(outs[j], n) for j, n in enumerate(group))), what
+        return _Reading(factors, tuple([_Piece(outs[j], n) for j, n in enumerate(group)])), what
     if len(dims) == 1 and group == (total, 2):
         # view_as_real: piece 0 is the complex dim itself; the (real, imag) piece is new and
         # never sharded, so it is left out of the flat index on both sides.
-        return _Reading(factors, (_Piece(outs[0], total),)), f"view_as_real of dim {dims[0]}"
+        return _Reading(factors, (_Piece(outs[0], total),)), ("view_as_real of dim {}", dims)
     return None
 
 
 def _single_reading(
     dims: tuple[int, ...], factors: tuple[_Factor, ...], kind: str, arg: object, o: int, total: int
-) -> tuple[_Reading, str] | None:
+) -> tuple[_Reading, Text] | None:
     """The reading of a source that becomes exactly one output dim."""
     if kind == "view":
         if len(dims) == 1:
-            return _Reading(factors, (_Piece(o, total),)), f"output dim {o} is tensor dim {dims[0]}"
-        sizes = tuple(f.size for f in factors)
-        what = f"the view flattens dims {dims} (sizes {sizes}) into output dim {o} (size {total})"
+            return _Reading(factors, (_Piece(o, total),)), (
+                "output dim {} is tensor dim {}",
+                (o, dims[0]),
+            )
+        sizes = tuple([f.size for f in factors])
+        what = (
+            "the view flattens dims {} (sizes {}) into output dim {} (size {})",
+            (dims, sizes, o, total),
+        )
         return _Reading(factors, (_Piece(o, total),)), what
     if kind == "repeat" and isinstance(arg, int):
         copies = _Factor(None, arg)
-        what = f"repeat({arg}) tiles it into output dim {o}"
+        what = ("repeat({}) tiles it into output dim {}", (arg, o))
         return _Reading((copies, *factors), (_Piece(o, arg * total),)), what
     if kind == "bcast" and isinstance(arg, int) and total == 1:
-        what = f"expand broadcasts it (size 1) to output dim {o} (size {arg})"
-        return _Reading(factors, (_Piece(o, arg),), broadcast=True), what
+        what = ("expand broadcasts it (size 1) to output dim {} (size {})", (o, arg))
+        return _Reading(factors, (_Piece(o, arg),), True), what
     return None
 
 
@@ -563,23 +607,21 @@ def _complex_reading(rule: Sequence[DimSpec], shape: tuple[int, ...]) -> _Readin
     return _Reading(factors, (_Piece(n - 2, shape[n - 2]),))
 
 
-def _is_local_view(
-    rule: Sequence[DimSpec], shape: tuple[int, ...], complex_view: bool | None
-) -> bool:
+def _is_local_view(rule: Sequence[DimSpec], shape: tuple[int, ...], maybe_complex: bool) -> bool:
     """Whether only view-family ops have ``rule``: it has a Split that keeps the size (not
-    view_as_real's), a Flatten (not one view_as_complex may have), or it both drops an input
-    dim and adds a ``Singleton`` (squeeze only drops, unsqueeze and expand only add)."""
-    used = {d for spec in rule for d in _all_input_dims(spec)}
-    if len(used) < len(shape) and any(isinstance(s, Singleton) for s in rule):
-        return True
+    view_as_real's), a Flatten (not one view_as_complex may have: ``maybe_complex``, the
+    rule has a view_as_complex reading that the caller did not rule out), or it both drops
+    an input dim and adds a ``Singleton`` (squeeze only drops, unsqueeze and expand only add)."""
+    if any(isinstance(s, Singleton) for s in rule):
+        used = {d for spec in rule for d in _all_input_dims(spec)}
+        if len(used) < len(shape):
+            return True
     for spec in rule:
         src = _source_dims(spec.input_dim) if isinstance(spec, Split) else None
         total = math.prod(shape[d] for d in src) if src is not None else 0
         if total > 0 and math.prod(spec.group_shape) == total:  # type: ignore[union-attr]
             return True
-    has_flatten = any(isinstance(s, Flatten) for s in rule)
-    maybe_complex = complex_view is not False and _complex_reading(rule, shape) is not None
-    return has_flatten and not maybe_complex
+    return not maybe_complex and any(isinstance(s, Flatten) for s in rule)
 
 
 def _analyse(rule: Sequence[DimSpec], shape: tuple[int, ...], complex_view: bool | None) -> _View:
@@ -593,25 +635,29 @@ def _analyse(rule: Sequence[DimSpec], shape: tuple[int, ...], complex_view: bool
     group_of: dict[int, _Group] = {}
     for dims, cl in claims.items():
         found = None
-        if all(owners[d] == 1 and d not in pinned for d in dims):
+        for d in dims:
+            if owners[d] != 1 or d in pinned:
+                break
+        else:
             found = _reading(dims, cl, shape)
         if found is None:
-            specs = ", ".join(str(rule[c[2]]) for c in cl)
-            group = _pinned(dims, shape, f"the rule's output dims ({specs}) are not a view of it")
+            specs = ", ".join([str(rule[c[2]]) for c in cl])
+            why = ("the rule's output dims ({}) are not a view of it", (specs,))
+            group = _pinned(dims, shape, why)
         else:
             reading, what = found
             readings = (reading,)
             if alt is not None and dims == (len(shape) - 2, len(shape) - 1):
                 readings = (alt,) if complex_view else (reading, alt)
-                what += " (or, as view_as_complex, into complex pairs)"
+                what = (what[0] + " (or, as view_as_complex, into complex pairs)", what[1])
             group = _Group(dims, readings, what)
-        group_of.update(dict.fromkeys(dims, group))
+        for d in dims:
+            group_of[d] = group
     for d, n in enumerate(shape):
         if d not in group_of:
-            why = pinned.get(d, f"the view drops it (size {n})")
+            why = pinned.get(d) or ("the view drops it (size {})", (n,))
             group_of[d] = _pinned((d,), shape, why)
-    out_sizes = {p.dim: p.size for g in group_of.values() for p in g.readings[0].pieces}
-    return _View(group_of, shape, len(rule), out_sizes, _is_local_view(rule, shape, complex_view))
+    return _View(group_of, shape, len(rule), _is_local_view(rule, shape, alt is not None))
 
 
 # ============================================================================ checking
@@ -694,19 +740,30 @@ def _chunk_lens(length: int, sfs: Sequence[int], mesh_size: int, coord: int) -> 
 
 
 #: Runs of at least this many split factors are counted with numpy (the exhaustive stage can
-#: try thousands on a large dim).
+#: try thousands on a large dim); at coordinate 0, where the count is simpler, from
+#: ``_VECTOR_FIRST`` on.
 _VECTOR = 128
+_VECTOR_FIRST = 40
 
 
-def _keep(sfs: list[int], length: int, mesh_size: int, coord: int, want: int | None) -> list[int]:
-    """The split factors in ``sfs`` (in order) whose chunk at ``coord`` of a dim of local
-    length ``length`` has ``want`` elements (None: at least one)."""
-    if len(sfs) < _VECTOR or max(length, *sfs) >= 2**62:  # int64 would overflow
+def _keep(
+    sfs: Sequence[int], length: int, mesh_size: int, coord: int, want: int | None
+) -> list[int]:
+    """The split factors in ``sfs`` (in order; a list, or an int64 array of values below
+    ``2**62``) whose chunk at ``coord`` of a dim of local length ``length`` has ``want``
+    elements (None: at least one), as a list of ints."""
+    if isinstance(sfs, np.ndarray):
+        sf = sfs
+        if length >= 2**62:  # int64 would overflow
+            return _keep(sfs.tolist(), length, mesh_size, coord, want)
+    elif len(sfs) < (_VECTOR_FIRST if coord == 0 else _VECTOR) or max(length, *sfs) >= 2**62:
+        # (short runs are cheaper in Python; and beyond 2**62 int64 would overflow)
         xs = _chunk_lens(length, sfs, mesh_size, coord)
         if want is None:
             return [sf for sf, x in zip(sfs, xs, strict=True) if x]
         return [sf for sf, x in zip(sfs, xs, strict=True) if x == want]
-    sf = np.array(sfs, dtype=np.int64)
+    else:
+        sf = np.array(sfs, dtype=np.int64)
     if length == 0:
         x = np.zeros_like(sf)
     else:  # _chunk_len, elementwise
@@ -715,7 +772,11 @@ def _keep(sfs: list[int], length: int, mesh_size: int, coord: int, want: int | N
         k = -(-k1 // mesh_size)
         tail = length - whole * k1
         kt = -(-tail // mesh_size)
-        x = whole * np.clip(k1 - coord * k, 0, k) + np.clip(tail - coord * kt, 0, kt)
+        if coord == 0:  # the first chunk of each piece is a full one (or the whole piece)
+            x = whole * k + kt
+        else:
+            head = np.minimum(np.maximum(k1 - coord * k, 0), k)
+            x = whole * head + np.minimum(np.maximum(tail - coord * kt, 0), kt)
     return sf[x != 0 if want is None else x == want].tolist()
 
 
@@ -731,12 +792,13 @@ def _lengths(size: int, slots: Sequence[Slot], coords: Sequence[tuple[int, ...]]
     sub-coordinate of the slots' mesh dims is computed once."""
     if not slots:
         return [size] * len(coords)
+    if len(slots) == 1:
+        at, sf, m = slots[0]
+        row = [_chunk_len(size, sf, m, c) for c in range(m)]
+        return [row[c[at]] for c in coords]
     table: dict[tuple[int, ...], int] = {(): size}
     for _, sf, m in slots:
         table = {(*key, c): _chunk_len(n, sf, m, c) for key, n in table.items() for c in range(m)}
-    if len(slots) == 1:
-        at = slots[0][0]
-        return [table[(c[at],)] for c in coords]
     ats = [at for at, _, _ in slots]
     return [table[tuple(c[at] for at in ats)] for c in coords]
 
@@ -745,47 +807,51 @@ Coords = tuple[tuple[int, int], ...]  # (mesh dim, coordinate) pairs
 Digits = tuple[tuple[IntSet, int], ...]  # per radix digit: (indices held, digit size)
 
 
-@dataclass(frozen=True, eq=False)
 class _Problem:
     """Mesh dim ``i = len(outs)`` of ``group`` to decide. ``ins`` holds the input placements of
     mesh dims ``0..i`` (the input target so far, then mesh dim ``i``'s own), ``outs`` the output
-    placements decided for ``0..i-1``."""
+    placements decided for ``0..i-1``.
 
-    view: _View
-    group: _Group
-    ins: tuple[Sharding, ...]
-    outs: tuple[Sharding, ...]
-    mesh: tuple[int, ...]
+    ``decided``: (mesh dim, input dim, output dim) sharded by each decided mesh dim ``j < i``.
+    ``checked_mesh_dims``: the mesh dims whose coordinates a check enumerates: those touching
+    the group, or, for a local view (where an empty rank couples the groups), every sharding
+    one. Mesh dim ``i`` shards a dim of the group, so it is always the last.
+    """
 
-    @property
-    def i(self) -> int:
-        return len(self.outs)
+    __slots__ = ("checked_mesh_dims", "decided", "group", "i", "ins", "mesh", "outs", "view")
 
-    @cached_property
-    def decided(self) -> tuple[tuple[int, int | None, int | None], ...]:
-        """(mesh dim, input dim, output dim) sharded by each decided mesh dim ``j < i``."""
-        return tuple(
+    def __init__(
+        self,
+        view: _View,
+        group: _Group,
+        ins: tuple[Sharding, ...],
+        outs: tuple[Sharding, ...],
+        mesh: tuple[int, ...],
+    ) -> None:
+        self.view = view
+        self.group = group
+        self.ins = ins
+        self.outs = outs
+        self.mesh = mesh
+        self.i = i = len(outs)
+        self.decided = decided = tuple(
             (j, p[0] if p else None, q[0] if q else None)
-            for j, (p, q) in enumerate(zip(self.ins[: self.i], self.outs, strict=True))
+            for j, (p, q) in enumerate(zip(ins[:i], outs, strict=True))
         )
+        if view.local_view:
+            touching = [j for j, d, o in decided if d is not None or o is not None]
+        elif decided:
+            in_dims = set(group.dims)
+            out_dims = {p.dim for r in group.readings for p in r.pieces}
+            touching = [j for j, d, o in decided if d in in_dims or o in out_dims]
+        else:
+            touching = []
+        self.checked_mesh_dims = (*touching, i)
 
     def sharding(self, cand: Sharding) -> list[tuple[int, int | None, int | None]]:
         """:attr:`decided`, then mesh dim ``i`` with output placement ``cand``."""
         p = self.ins[-1]
         return [*self.decided, (self.i, p[0] if p else None, cand[0] if cand else None)]
-
-    @cached_property
-    def checked_mesh_dims(self) -> tuple[int, ...]:
-        """The mesh dims whose coordinates a check enumerates: those touching the group, or,
-        for a local view (where an empty rank couples the groups), every sharding one. Mesh
-        dim ``i`` shards a dim of the group, so it is always the last."""
-        if self.view.local_view:
-            touching = [j for j, d, o in self.decided if d is not None or o is not None]
-        else:
-            in_dims = set(self.group.dims)
-            out_dims = {p.dim for r in self.group.readings for p in r.pieces}
-            touching = [j for j, d, o in self.decided if d in in_dims or o in out_dims]
-        return (*touching, self.i)
 
     def checked_groups(self, cand: Sharding) -> list[_Group]:
         if not self.view.local_view:
@@ -796,13 +862,12 @@ class _Problem:
             touched = [view.group_of[d]] if d is not None else []
             if o is not None and o in view.piece_group:
                 touched.append(view.piece_group[o])
-            for g in sorted(touched, key=lambda g: view.group_order[id(g)]):
+            for g in sorted(touched, key=lambda g: view.group_order()[id(g)]):
                 found.setdefault(g.dims, g)
         return list(found.values())
 
 
-@dataclass(frozen=True, eq=False)
-class _Row:
+class _Row(NamedTuple):
     """How mesh dim ``i`` (input dim ``d``) and a candidate on output dim ``o`` meet one
     reading: ``d_at`` is ``d``'s place among its flat (not pinned) digits and ``o_at`` is
     ``o``'s among its pieces (None where absent); ``d_pinned``: ``d`` is a pinned digit."""
@@ -824,13 +889,17 @@ class _Demand(NamedTuple):
     places: tuple[tuple[int, int, int, int], ...] = ()
 
 
+#: The pattern of positions that are all there: every index, period 1.
+_ALL = (1, ((0, 1, 0, 1),))
+_UNKNOWN = object()  # a cache miss (None is a value)
 _PASS = _Demand(False)
 _DEAD = _Demand(True)
 
-#: Per row of a state: (digits before d, after d, pieces before o, after o, o's length), the
-#: local lengths' products on one rank before mesh dim ``i`` (``d``/``o`` absent: all digits
-#: are "before" and the length is 0).
-_ROW = 5
+#: A state: (empty input, empty output, d's length, o's length, then per row (digits before
+#: d, after d, pieces before o, after o, o's length in that reading)), the local lengths and
+#: their products on one rank before mesh dim ``i`` (``d``/``o`` absent: all digits are
+#: "before" and the length is 0).
+State = tuple[bool, bool, int, int, tuple[tuple[int, int, int, int, int], ...]]
 
 
 class _Check:
@@ -861,6 +930,13 @@ class _Check:
        (for a broadcast: held, or assigned nothing). Most candidates fail here.
     2. **Positions** (:meth:`placed`): ``O x Q x I == O' x Q' x I'`` where both sides
        change (:meth:`_same_positions`).
+
+    What a candidate on ``o`` must meet on a state at a coordinate is its :meth:`demand`,
+    built when first asked (the counts depend on the coordinate only through ``d``'s chunk
+    there, so equal chunks share them). A demand is dead when no candidate on ``o`` can meet
+    it; that includes positions no split factor can give, found from the input side's
+    smallest period alone, so one dead demand rejects every split factor of ``o`` at once
+    (:meth:`hopeless`), before any is listed.
     """
 
     def __init__(self, pb: _Problem) -> None:
@@ -870,12 +946,35 @@ class _Check:
         self.m = pb.mesh[pb.i]
         self.local_view = view.local_view
         self.dims = pb.checked_mesh_dims  # mesh dim i is the last
-        at = {j: k for k, j in enumerate(self.dims[:-1])}
-        coords = list(itertools.product(*(range(pb.mesh[j]) for j in self.dims[:-1])))
-        self.coords = coords
         # The lengths that vary over the ranks: dims sharded by a checked mesh dim before i.
         # A rank's prefix state is its empty input, empty output, then those lengths.
         self.index: dict[tuple[bool, int, int], int] = {}
+        if len(self.dims) == 1:  # no mesh dim before i is checked: one rank, one state
+            self.coords: list[tuple[int, ...]] = [()]
+            empty = self.local_view and view.empty
+            self.prefix: list[tuple[int, ...]] = [(empty, empty)]
+            self.distinct = self.prefix
+        else:
+            self._prefix_states(pb)
+        self._rows_of: dict[int | None, list[_Row]] = {}
+        self._states: dict[int | None, dict[tuple[int, ...], State]] = {}
+        self._demands: dict[tuple[int | None, tuple[int, ...]], list[_Demand | None]] = {}
+        self._chunks: dict[int, list[int]] = {}
+        self._patterns: dict[tuple[int, int, int, int], tuple[int, IntSet] | None] = {}
+        self._periods: dict[tuple[int, int], list[int | None]] = {}
+        self._reading_places: dict[int, tuple[int | None, bool, dict[int, int]]] = {}
+        self._lengths_of: dict[
+            tuple[int, tuple[int, ...]], tuple[int, int, list[int], list[int], list[int]]
+        ] = {}
+        self._positions: dict[tuple[int, int, int, int, int], IntSet] = {}
+
+    def _prefix_states(self, pb: _Problem) -> None:
+        """Every rank's prefix state (over the checked mesh dims before ``i``, in product
+        order), and the distinct ones."""
+        view = pb.view
+        at = {j: k for k, j in enumerate(self.dims[:-1])}
+        coords = list(itertools.product(*(range(pb.mesh[j]) for j in self.dims[:-1])))
+        self.coords = coords
         columns: list[list[int]] = [[False] * len(coords), [False] * len(coords)]
         for is_input, ps in ((True, pb.ins[: pb.i]), (False, pb.outs)):
             slots: dict[int, list[Slot]] = {}
@@ -883,7 +982,7 @@ class _Check:
                 if s is not None and j in at:
                     slots.setdefault(s[0], []).append((at[j], s[1], pb.mesh[j]))
             for dim, dim_slots in slots.items():
-                for size in {view.shape[dim]} if is_input else view.piece_sizes[dim]:
+                for size in {view.shape[dim]} if is_input else view.piece_sizes()[dim]:
                     self.index[(is_input, dim, size)] = len(columns)
                     columns.append(_lengths(size, dim_slots, coords))
         if self.local_view:  # a rank whose whole input (output) is empty before mesh dim i
@@ -895,18 +994,11 @@ class _Check:
                 columns[0] = columns[1] = [True] * len(coords)
         self.prefix = list(zip(*columns, strict=True))  # per rank, in product order
         self.distinct = list(dict.fromkeys(self.prefix))
-        self._rows_of: dict[int | None, list[_Row]] = {}
-        self._states: dict[int | None, dict[tuple[int, ...], tuple[int, ...]]] = {}
-        self._demands: dict[tuple[int | None, tuple[int, ...]], list[_Demand | None]] = {}
-        self._patterns: dict[tuple[int, int, int, int], tuple[int, IntSet] | None] = {}
-        self._reading_places: dict[int, tuple[int | None, bool, dict[int, int]]] = {}
-        self._lengths_of: dict[int, dict[tuple[int, ...], tuple[list[int], list[int]]]] = {}
-        self._positions: dict[tuple[int, int, int, int, int], IntSet] = {}
 
     # ------------------------------------------------------------------ states and demands
 
     def _length(self, prefix: tuple[int, ...], is_input: bool, dim: int | None, size: int) -> int:
-        k = self.index.get((is_input, dim, size)) if dim is not None else None
+        k = self.index.get((is_input, dim, size)) if dim is not None and self.index else None
         return size if k is None else prefix[k]
 
     def _rows(self, o: int | None) -> list[_Row]:
@@ -920,7 +1012,7 @@ class _Check:
         for g in groups:
             for reading in g.readings:
                 d_at, d_pinned, o_at = self._places(reading)
-                rows.append(_Row(reading, d_at, d_pinned, o_at.get(o)))
+                rows.append(_Row(reading, d_at, d_pinned, o_at.get(o)))  # type: ignore[arg-type]
         return rows
 
     def _places(self, reading: _Reading) -> tuple[int | None, bool, dict[int, int]]:
@@ -938,42 +1030,52 @@ class _Check:
         return found
 
     def _reading_lengths(
-        self, reading: _Reading
-    ) -> dict[tuple[int, ...], tuple[list[int], list[int]]]:
-        """Per prefix state: the local lengths of the reading's flat digits, and of its
-        pieces (before mesh dim ``i``)."""
-        found = self._lengths_of.get(id(reading))
+        self, reading: _Reading, d_at: int | None, prefix: tuple[int, ...]
+    ) -> tuple[int, int, list[int], list[int], list[int]]:
+        """On a rank with this prefix state, before mesh dim ``i``: the products of the local
+        lengths of the reading's flat digits before and after ``d`` (at ``d_at``), and of its
+        pieces, the products before and after each piece, and the pieces' lengths."""
+        key = (id(reading), prefix)
+        found = self._lengths_of.get(key)
         if found is None:
-            flat = [f for f in reading.factors if not f.pinned]
-            found = {
-                p: (
-                    [self._length(p, True, f.dim, f.size) for f in flat],
-                    [self._length(p, False, q.dim, q.size) for q in reading.pieces],
-                )
-                for p in self.distinct
-            }
-            self._lengths_of[id(reading)] = found
+            if self.index:
+                ins = [
+                    self._length(prefix, True, f.dim, f.size)
+                    for f in reading.factors
+                    if not f.pinned
+                ]
+                outs = [self._length(prefix, False, q.dim, q.size) for q in reading.pieces]
+            else:  # no length varies: all are the global sizes
+                ins = [f.size for f in reading.factors if not f.pinned]
+                outs = [q.size for q in reading.pieces]
+            if d_at is None:
+                o_in, i_in = math.prod(ins), 1
+            else:
+                o_in, i_in = math.prod(ins[:d_at]), math.prod(ins[d_at + 1 :])
+            before = list(itertools.accumulate(outs[:-1], operator.mul, initial=1))
+            after = list(itertools.accumulate(outs[:0:-1], operator.mul, initial=1))[::-1]
+            found = self._lengths_of[key] = (o_in, i_in, before, after, outs)
         return found
 
-    def _state(self, prefix: tuple[int, ...], o: int | None, rows: list[_Row]) -> tuple[int, ...]:
-        """``(empty input, empty output, d's length, o's length, then per row (O, I, O', I',
-        o's length in that reading))`` on a rank with this prefix state."""
+    def _state(self, prefix: tuple[int, ...], o: int | None, rows: list[_Row]) -> State:
+        """The state (see :data:`State`) of a candidate on ``o`` on a rank with this prefix
+        state."""
         view = self.pb.view
-        state = [
+        per_row = []
+        for row in rows:
+            o_in, i_in, before, after, outs = self._reading_lengths(row.reading, row.d_at, prefix)
+            at = row.o_at
+            if at is None:
+                per_row.append((o_in, i_in, math.prod(outs), 1, 0))
+            else:
+                per_row.append((o_in, i_in, before[at], after[at], outs[at]))
+        return (
             prefix[0],
             prefix[1],
             self._length(prefix, True, self.d, view.shape[self.d]),
             self._length(prefix, False, o, view.out_sizes[o]) if o is not None else 0,
-        ]
-        for row in rows:
-            ins, outs = self._reading_lengths(row.reading)[prefix]
-            for lens, at in ((ins, row.d_at), (outs, row.o_at)):
-                if at is None:
-                    state += (math.prod(lens), 1)
-                else:
-                    state += (math.prod(lens[:at]), math.prod(lens[at + 1 :]))
-            state.append(0 if row.o_at is None else outs[row.o_at])
-        return tuple(state)
+            tuple(per_row),
+        )
 
     def rows(self, o: int | None) -> list[_Row]:
         found = self._rows_of.get(o)
@@ -981,28 +1083,86 @@ class _Check:
             found = self._rows_of[o] = self._rows(o)
         return found
 
-    def state(self, o: int | None, prefix: tuple[int, ...]) -> tuple[int, ...]:
+    def state(self, o: int | None, prefix: tuple[int, ...]) -> State:
         """The state, for a candidate on output dim ``o``, of ranks with this prefix state."""
-        by_prefix = self._states.setdefault(o, {})
+        by_prefix = self._states.get(o)
+        if by_prefix is None:
+            by_prefix = self._states[o] = {}
         found = by_prefix.get(prefix)
         if found is None:
             found = by_prefix[prefix] = self._state(prefix, o, self.rows(o))
         return found
 
-    def demand(self, o: int | None, state: tuple[int, ...], c: int) -> _Demand:
-        """What a candidate on ``o`` must do on ranks in ``state`` at coordinate ``c`` of mesh
-        dim ``i`` (built when first asked: most candidates fail on the first)."""
-        per_c = self._demands.get((o, state))
-        if per_c is None:
-            per_c = self._demands[(o, state)] = [None] * self.m
-        found = per_c[c]
+    def chunks(self, length: int) -> list[int]:
+        """Mesh dim ``i``'s chunk of a local length ``length`` of ``d``, per coordinate."""
+        found = self._chunks.get(length)
         if found is None:
-            found = per_c[c] = self._demand(state, self.rows(o), o, c)
+            sf, m = self.sf, self.m
+            k = -(-length // m)
+            if sf == 1 and k:  # torch.chunk: full chunks of k, maybe a short one, then empty
+                whole, short = divmod(length, k)
+                found = [k] * whole + [short] * (short > 0)
+                found += [0] * (m - len(found))
+            else:
+                found = [_chunk_len(length, sf, m, c) for c in range(m)]
+            self._chunks[length] = found
         return found
 
-    def _demand(self, state: tuple[int, ...], rows: list[_Row], o: int | None, c: int) -> _Demand:
-        empty_in, empty_out, ld, lo_e = state[:4]
-        ld2 = _chunk_len(ld, self.sf, self.m, c)
+    def demand(self, o: int | None, prefix: tuple[int, ...], c: int) -> _Demand:
+        """What a candidate on ``o`` must do on ranks with this prefix state at coordinate
+        ``c`` of mesh dim ``i`` (built when first asked: most candidates fail on the first).
+
+        The counts depend on the coordinate only through ``d``'s chunk there, so coordinates
+        with equal chunks (all the full ones) share them. A demand whose positions no split
+        factor can meet is dead too: the input side's smallest period (where :meth:`pattern`
+        knows it) must divide the output side's period ``n' * I'``, which does not depend on
+        the split factor (see :meth:`_same_positions`). This decides most candidates that
+        pass the counts but not the positions, for all their split factors at once."""
+        return self.per_coordinate(o, prefix)[c] or self._fill(o, prefix, c)
+
+    def per_coordinate(self, o: int | None, prefix: tuple[int, ...]) -> list[_Demand | None]:
+        """The demands at each coordinate of mesh dim ``i`` built so far (None: not yet; see
+        :meth:`demand`), for loops over the coordinates."""
+        per_c = self._demands.get((o, prefix))
+        if per_c is None:
+            per_c = self._demands[(o, prefix)] = [None] * self.m
+        return per_c
+
+    def _fill(self, o: int | None, prefix: tuple[int, ...], c: int) -> _Demand:
+        """Build :meth:`demand`'s answer at ``c`` and at every coordinate with the same chunk
+        (one pass: they are usually all asked for), and keep them in :meth:`per_coordinate`."""
+        per_c = self.per_coordinate(o, prefix)
+        state = self.state(o, prefix)
+        chunks = self.chunks(state[2])
+        ld2 = chunks[c]
+        found = self._demand(state, self.rows(o), o, ld2)
+        for c2, x in enumerate(chunks):
+            if x != ld2:
+                continue
+            dem = found
+            for ld, i_in, lo, i_out in found.places:
+                period = self.periods(ld, i_in)[c2]
+                if period is not None and lo * i_out % period:
+                    dem = _DEAD
+                    break
+            per_c[c2] = dem
+        return per_c[c]  # type: ignore[return-value]
+
+    def periods(self, n: int, inner: int) -> list[int | None]:
+        """Per coordinate of mesh dim ``i``: the smallest period that :meth:`pattern` gives
+        for mesh dim ``i``'s own side ``(n, inner, sf)``, or None where it gives None."""
+        key = (n, inner)
+        found = self._periods.get(key)
+        if found is None:
+            sf = self.sf
+            found = [p and p[0] for p in [self.pattern(n, inner, sf, c) for c in range(self.m)]]
+            self._periods[key] = found
+        return found
+
+    def _demand(self, state: State, rows: list[_Row], o: int | None, ld2: int) -> _Demand:
+        """The demand on ranks in ``state`` whose chunk of ``d`` (of local length ``ld``) on
+        mesh dim ``i`` has ``ld2`` elements."""
+        empty_in, empty_out, ld, lo_e, per_row = state
         counts: list[tuple[int, int | None]] = []
         if self.local_view:
             now_empty = empty_in or ld2 == 0
@@ -1014,8 +1174,7 @@ class _Check:
             if o is not None:  # and a non-empty input needs a non-empty output
                 counts.append((lo_e, None))
         places = []
-        for k, row in enumerate(rows):
-            o_in, i_in, o_out, i_out, lo = state[4 + _ROW * k : 4 + _ROW * (k + 1)]
+        for row, (o_in, i_in, o_out, i_out, lo) in zip(rows, per_row, strict=True):
             if row.d_pinned and ld2 != ld:
                 return _DEAD
             held = o_in * i_in * (ld2 if row.d_at is not None else 1)
@@ -1035,6 +1194,12 @@ class _Check:
                 counts.append((lo, held // rest))
                 if row.d_at is not None and held:
                     places.append((ld, i_in, lo, i_out))
+        if len(counts) == 2 and counts[0][1] is None and counts[1][1] is not None:
+            # The usual pair (a local view's "not empty", then the count), as below.
+            (lo_a, _), (lo_b, want_b) = counts
+            if lo_a != lo_b:
+                return _Demand(False, tuple(counts), tuple(places))
+            return _DEAD if want_b == 0 else _Demand(False, (counts[1],), tuple(places))
         if len(counts) > 1:
             wants = {lo: want for lo, want in counts if want is not None}
             if any(want == 0 for lo, want in wants.items() if (lo, None) in counts):
@@ -1043,47 +1208,52 @@ class _Check:
             counts = [*dict.fromkeys(c for c in counts if c[1] is not None or c[0] not in wants)]
         return _Demand(False, tuple(counts), tuple(places))
 
-    def _targets(
-        self, o: int | None, only: tuple[tuple[int, ...], int] | None
-    ) -> Iterator[tuple[tuple[int, ...], Sequence[int]]]:
-        """Each prefix state's state with every coordinate of mesh dim ``i``, or only the
-        ranks of ``only``, a (prefix state, coordinate) pair."""
-        if only is not None:
-            yield self.state(o, only[0]), (only[1],)
-            return
-        every = range(self.m)
-        for prefix in self.distinct:
-            yield self.state(o, prefix), every
+    def _ranks(
+        self, only: tuple[tuple[int, ...], int] | None
+    ) -> tuple[Sequence[tuple[int, ...]], Sequence[int]]:
+        """The prefix states and coordinates of mesh dim ``i`` to check: every rank, or only
+        those of ``only``, a (prefix state, coordinate) pair."""
+        if only is None:
+            return self.distinct, range(self.m)
+        return (only[0],), (only[1],)
 
     def elsewhere_hopeless(self) -> bool:
         """Whether every candidate on an output dim of another group than ``d``'s fails: such
         a candidate leaves ``d``'s group with its input cut and its output whole, which the
         Replicate output does too, so where that fails on a rank that keeps some of ``d``
         (no emptiness to excuse it), they all do."""
-        for state, cs in self._targets(None, None):
-            for c in cs:
-                if self.demand(None, state, c).dead and not (
-                    state[0] or _chunk_len(state[2], self.sf, self.m, c) == 0
-                ):
+        for prefix in self.distinct:
+            chunks = self.chunks(self.state(None, prefix)[2])
+            for c, ld2 in enumerate(chunks):
+                if self.demand(None, prefix, c).dead and not (prefix[0] or ld2 == 0):
                     return True
         return False
 
     def hopeless(self, o: int) -> bool:
         """Whether some rank fails every candidate on output dim ``o``."""
-        return any(self.demand(o, s, c).dead for s, cs in self._targets(o, None) for c in cs)
+        for p in self.distinct:
+            per_c = self.per_coordinate(o, p)
+            for c in range(self.m):
+                if (per_c[c] or self._fill(o, p, c)).dead:
+                    return True
+        return False
 
     # ------------------------------------------------------------------ the two passes
 
     def survivors(
-        self, o: int | None, sfs: list[int], only: tuple[tuple[int, ...], int] | None = None
+        self, o: int | None, sfs: Sequence[int], only: tuple[tuple[int, ...], int] | None = None
     ) -> list[int]:
-        """The split factors in ``sfs`` (in order) whose candidate on output dim ``o`` has the
-        right counts on every rank (or only on the ranks of ``only``). Demands are built per
-        state as they are needed: most candidates fail on the first."""
+        """The split factors in ``sfs`` (in order; a list, or a long int64 array from
+        :func:`_split_factors`) whose candidate on output dim ``o`` has the right counts on
+        every rank (or only on the ranks of ``only``), as a list of ints."""
         m = self.m
-        for state, cs in self._targets(o, only):
+        if isinstance(sfs, np.ndarray) and len(sfs) < 2:
+            sfs = sfs.tolist()
+        prefixes, cs = self._ranks(only)
+        for prefix in prefixes:
+            per_c = self.per_coordinate(o, prefix)
             for c in cs:
-                dead, counts, _ = self.demand(o, state, c)
+                dead, counts, _ = per_c[c] or self._fill(o, prefix, c)
                 if dead:
                     return []
                 for lo, want in counts:
@@ -1095,7 +1265,7 @@ class _Check:
                     sfs = _keep(sfs, lo, m, c, want)
                     if not sfs:
                         return []
-        return sfs
+        return sfs.tolist() if isinstance(sfs, np.ndarray) else list(sfs)
 
     def placed(
         self, cand: tuple[int, int], only: tuple[tuple[int, ...], int] | None = None
@@ -1103,10 +1273,12 @@ class _Check:
         """Whether a candidate with the right counts also puts every rank's elements at the
         right positions (or only on the ranks of ``only``)."""
         o, sf_out = cand
+        prefixes, cs = self._ranks(only)
         try:
-            for state, cs in self._targets(o, only):
+            for prefix in prefixes:
+                per_c = self.per_coordinate(o, prefix)
                 for c in cs:
-                    for ld, i_in, lo, i_out in self.demand(o, state, c).places:
+                    for ld, i_in, lo, i_out in (per_c[c] or self._fill(o, prefix, c)).places:
                         if not self._same_positions(ld, i_in, self.sf, lo, i_out, sf_out, c):
                             return False
         except _Unprovable:
@@ -1142,24 +1314,27 @@ class _Check:
         every ``k1 * inner``; with one, the pieces' intervals then a gap, every ``n *
         inner``, and no smaller period, as exactly one gap differs. ``(1, [0, 1))`` is all."""
         key = (n, inner, sf, c)
-        if key in self._patterns:
-            return self._patterns[key]
-        k1 = -(-n // sf)
-        whole = n // k1
-        tail = n - whole * k1
-        lo, hi = _chunk(k1, self.m, c)
-        tlo, thi = _chunk(tail, self.m, c)
-        found: tuple[int, IntSet] | None = None
-        if thi > tlo or hi == lo:
-            found = None
-        elif tail == 0:
-            found = (1, ((0, 1, 0, 1),))
-            if hi - lo < k1:
+        found = self._patterns.get(key, _UNKNOWN)
+        if found is _UNKNOWN:
+            k1 = -(-n // sf)
+            whole = n // k1
+            tail = n - whole * k1
+            k = -(-k1 // self.m)
+            kt = -(-tail // self.m)
+            # the chunks [lo, hi) and [tlo, thi) of _chunk, inlined
+            lo = c * k if c * k < k1 else k1
+            hi = lo + k if lo + k < k1 else k1
+            tlo = c * kt if c * kt < tail else tail
+            if (tlo + kt if tlo + kt < tail else tail) > tlo or hi == lo:
+                found = None
+            elif tail == 0 and hi - lo == k1:
+                found = _ALL
+            elif tail == 0:
                 found = (k1 * inner, ((lo * inner, (hi - lo) * inner, 0, 1),))
-        else:
-            found = (n * inner, _fam(lo * inner, (hi - lo) * inner, k1 * inner, whole))
-        self._patterns[key] = found
-        return found
+            else:
+                found = (n * inner, _fam(lo * inner, (hi - lo) * inner, k1 * inner, whole))
+            self._patterns[key] = found
+        return found  # type: ignore[return-value]
 
     def positions(self, copies: int, n: int, inner: int, sf: int, c: int) -> IntSet:
         """``copies x Q x inner`` in mixed radix, canonical, where ``Q`` is the chunk at ``c``
@@ -1198,8 +1373,7 @@ class _Check:
 # ============================================================================ the first mismatch
 
 
-@dataclass(frozen=True)
-class _Mismatch:
+class _Mismatch(NamedTuple):
     """The first rank a candidate fails on: what it holds and what it would be assigned."""
 
     coords: Coords
@@ -1214,7 +1388,7 @@ class _Mismatch:
 def _steps(
     ps: Sequence[Sharding], mesh: tuple[int, ...], coords: Coords, dim: int
 ) -> tuple[Step, ...]:
-    return tuple((ps[j][1], mesh[j], c) for j, c in coords if ps[j] and ps[j][0] == dim)  # type: ignore[index]
+    return tuple([(ps[j][1], mesh[j], c) for j, c in coords if ps[j] and ps[j][0] == dim])  # type: ignore[index]
 
 
 def _first_failure(check: _Check, cand: Sharding) -> _Mismatch | None:
@@ -1222,11 +1396,19 @@ def _first_failure(check: _Check, cand: Sharding) -> _Mismatch | None:
     and how (what the reason shows). The ranks are scanned by their states; only the failing
     one is replayed with sets."""
     o, sf = cand if cand is not None else (None, 1)
-    for coord, prefix in zip(check.coords, check.prefix, strict=True):
+    failing: dict[tuple[int, ...], int | None] = {}  # per prefix state, its first failing c
+    for prefix in check.distinct:
+        failing[prefix] = None
         for c in range(check.m):
             only = (prefix, c)
-            if check.survivors(o, [sf], only) and (cand is None or check.placed(cand, only)):
-                continue
+            if not check.survivors(o, [sf], only) or (
+                cand is not None and not check.placed(cand, only)
+            ):
+                failing[prefix] = c
+                break
+    for coord, prefix in zip(check.coords, check.prefix, strict=True):
+        c = failing[prefix]
+        if c is not None:
             coords = tuple(zip(check.dims, (*coord, c), strict=True))
             # No mismatch in the sets: the positions were too irregular to compare.
             return _mismatch_at(check.pb, cand, coords) or _Mismatch(coords, unprovable=True)
@@ -1236,8 +1418,14 @@ def _first_failure(check: _Check, cand: Sharding) -> _Mismatch | None:
 def _mismatch_at(pb: _Problem, cand: Sharding, coords: Coords) -> _Mismatch | None:
     """How ``cand`` fails on the rank at ``coords``, from its exact sets."""
     outs = (*pb.outs, cand)
-    if pb.view.local_view:
-        empty_in, empty_out = _emptiness(pb, outs, coords)
+    in_steps = _rank_steps(pb.ins, pb.mesh, coords)
+    out_steps = _rank_steps(outs, pb.mesh, coords)
+    view = pb.view
+    if view.local_view:  # whether the rank's whole local input, and output, are empty
+        empty_in = view.empty or any(_length(view.shape[d], s) == 0 for d, s in in_steps.items())
+        empty_out = view.empty or any(
+            _length(view.out_sizes[o], s) == 0 for o, s in out_steps.items() if o in view.out_sizes
+        )
         if empty_in and empty_out:
             return None
         if empty_in != empty_out:
@@ -1247,42 +1435,48 @@ def _mismatch_at(pb: _Problem, cand: Sharding, coords: Coords) -> _Mismatch | No
             return _Mismatch(coords, empty=side)
     for g in pb.checked_groups(cand):
         for reading in g.readings:
-            found = _rank_mismatch(pb, outs, reading, coords)
+            found = _rank_mismatch(reading, in_steps, out_steps, coords)
             if found is not None:
                 return found
     return None
 
 
-def _emptiness(pb: _Problem, outs: tuple[Sharding, ...], coords: Coords) -> tuple[bool, bool]:
-    """Whether the rank's whole local input, and its whole local output, are empty."""
-    empty_in = empty_out = pb.view.empty
-    for _, d, o in pb.sharding(outs[-1]):
-        if d is not None and not empty_in:
-            empty_in = _length(pb.view.shape[d], _steps(pb.ins, pb.mesh, coords, d)) == 0
-        if o is not None and o in pb.view.out_sizes and not empty_out:
-            steps = _steps(outs, pb.mesh, coords, o)
-            empty_out = _length(pb.view.out_sizes[o], steps) == 0
-    return empty_in, empty_out
+def _rank_steps(
+    ps: Sequence[Sharding], mesh: tuple[int, ...], coords: Coords
+) -> dict[int, tuple[Step, ...]]:
+    """Per tensor dim that ``ps`` shards on the mesh dims of ``coords``, its steps on the
+    rank at ``coords`` (as :func:`_steps` lists them)."""
+    found: dict[int, list[Step]] = {}
+    for j, c in coords:
+        p = ps[j]
+        if p:
+            found.setdefault(p[0], []).append((p[1], mesh[j], c))
+    return {d: tuple(steps) for d, steps in found.items()}
 
 
 def _rank_mismatch(
-    pb: _Problem, outs: tuple[Sharding, ...], reading: _Reading, coords: Coords
+    reading: _Reading,
+    in_steps: dict[int, tuple[Step, ...]],
+    out_steps: dict[int, tuple[Step, ...]],
+    coords: Coords,
 ) -> _Mismatch | None:
+    """How one reading fails on the rank at ``coords`` (whose steps are given), if it does."""
     try:
         held: list[tuple[IntSet, int]] = []
         for f in reading.factors:
-            s = _full(f.size)
-            if f.dim is not None:
-                s = _dim_set(f.size, _steps(pb.ins, pb.mesh, coords, f.dim))
-            if f.pinned and s != _full(f.size):
-                return _Mismatch(coords, ((s, f.size),), ((_full(f.size), f.size),), f.dim)
+            full = _full(f.size)
+            steps = in_steps.get(f.dim) if f.dim is not None else None  # type: ignore[arg-type]
+            s = _dim_set(f.size, steps) if steps else full
+            if f.pinned and s != full:
+                return _Mismatch(coords, ((s, f.size),), ((full, f.size),), f.dim)
             if not f.pinned:
                 held.append((s, f.size))
-        assigned = tuple(
-            (_dim_set(p.size, _steps(outs, pb.mesh, coords, p.dim)), p.size) for p in reading.pieces
-        )
-        n_held = math.prod(_count(s) for s, _ in held)
-        n_assigned = math.prod(_count(s) for s, _ in assigned)
+        assigned = []
+        for p in reading.pieces:
+            steps = out_steps.get(p.dim)
+            assigned.append((_dim_set(p.size, steps) if steps else _full(p.size), p.size))
+        n_held = math.prod([_count(s) for s, _ in held])
+        n_assigned = math.prod([_count(s) for s, _ in assigned])
         flats = None
         if reading.broadcast:
             ok = n_held > 0 or n_assigned == 0
@@ -1293,7 +1487,7 @@ def _rank_mismatch(
                 ok = flats[0] == flats[1]
     except _Unprovable:
         return _Mismatch(coords, unprovable=True)
-    return None if ok else _Mismatch(coords, tuple(held), assigned, flats=flats)
+    return None if ok else _Mismatch(coords, tuple(held), tuple(assigned), flats=flats)
 
 
 # ============================================================================ candidates
@@ -1302,7 +1496,7 @@ def _rank_mismatch(
 def _sf_classes(length: int) -> set[int]:
     """Split factors with every distinct ``ceil(length / sf)``, i.e. chunking behaviour."""
     r = math.isqrt(length)
-    return {*range(1, r + 2), *(-(-length // k) for k in range(1, r + 1))}
+    return {*range(1, r + 2), *[-(-length // k) for k in range(1, r + 1)]}
 
 
 def _outer_counts(pb: _Problem, dim: int) -> tuple[int, int, int]:
@@ -1322,10 +1516,13 @@ def _outer_counts(pb: _Problem, dim: int) -> tuple[int, int, int]:
     return base, base * same, ahead
 
 
-def _ordered_pieces(pb: _Problem, dim: int) -> list[tuple[int, _Piece]]:
+def _ordered_pieces(
+    pb: _Problem, dim: int, counts: tuple[int, int, int] | None = None
+) -> list[tuple[int, _Piece]]:
     """The group's pieces (with their outer product), the one the structure predicts first:
-    evenly, the shard lands in the piece whose outer product brackets the digits outside it."""
-    _, outer, ahead = _outer_counts(pb, dim)
+    evenly, the shard lands in the piece whose outer product brackets the digits outside it.
+    ``counts``: :func:`_outer_counts`, if known."""
+    _, outer, ahead = counts or _outer_counts(pb, dim)
     out: list[tuple[int, _Piece]] = []
     op = 1
     for piece in pb.group.readings[0].pieces:
@@ -1334,11 +1531,19 @@ def _ordered_pieces(pb: _Problem, dim: int) -> list[tuple[int, _Piece]]:
     return sorted(out, key=lambda e: not (e[0] * ahead <= outer < e[0] * e[1].size * ahead))
 
 
-def _structural(pb: _Problem, dim: int) -> Iterator[tuple[int, int]]:
-    """Candidates the rule's structure predicts (the even-case split factors)."""
-    base, full, ahead = _outer_counts(pb, dim)
-    for op, piece in _ordered_pieces(pb, dim):
-        if pb.group.readings[0].broadcast:
+def _structural(
+    pb: _Problem,
+    dim: int,
+    counts: tuple[int, int, int] | None = None,
+    ordered: list[tuple[int, _Piece]] | None = None,
+) -> Iterator[tuple[int, int]]:
+    """Candidates the rule's structure predicts (the even-case split factors). ``counts``
+    and ``ordered``: :func:`_outer_counts` and :func:`_ordered_pieces`, if known."""
+    counts = counts or _outer_counts(pb, dim)
+    base, full, ahead = counts
+    broadcast = pb.group.readings[0].broadcast
+    for op, piece in ordered if ordered is not None else _ordered_pieces(pb, dim, counts):
+        if broadcast:
             # Pieces of one element: the rank holding the size-1 dim gets all of them.
             yield piece.dim, piece.size
         for num, den in itertools.product((full, base), (op * ahead, op)):
@@ -1350,25 +1555,39 @@ def _structural(pb: _Problem, dim: int) -> Iterator[tuple[int, int]]:
         yield piece.dim, 1
 
 
-def _exhaustive(pb: _Problem, pieces: Sequence[_Piece]) -> list[tuple[int, set[int]]]:
+def _exhaustive(pb: _Problem, pieces: Sequence[_Piece]) -> list[tuple[int, Sequence[int]]]:
     """One split factor per distinct chunking of each piece, if the work stays bounded:
     ``(output dim, split factors)`` per piece, in the order they are tried (each piece's
-    split factors in increasing order)."""
+    split factors in increasing order, see :func:`_split_factors`)."""
     ranks = math.prod(pb.mesh[j] for j in pb.checked_mesh_dims)
-    per_piece = []
-    for piece in pieces:
-        sfs: set[int] = set()
-        for n in _local_lengths(pb, piece):
-            sfs |= _sf_classes(n)
-        per_piece.append((piece.dim, sfs))
+    per_piece = [(piece.dim, _split_factors(_local_lengths(pb, piece))) for piece in pieces]
     if sum(len(sfs) for _, sfs in per_piece) * ranks > MAX_SEARCH_CHECKS:
         return []
     return per_piece
 
 
+def _split_factors(lengths: set[int]) -> Sequence[int]:
+    """The union of :func:`_sf_classes` over ``lengths``, increasing: a list, or for one
+    long length an int64 array (built and counted without a Python int per element)."""
+    if len(lengths) == 1:
+        (n,) = lengths
+        r = math.isqrt(n)
+        if 2 * r >= _VECTOR_FIRST and n < 2**62:
+            # ceil(n/k) for k = r, ..., 1 increases strictly (consecutive ones differ by
+            # n / (k (k+1)) > 1), and only values up to r + 1 can repeat 1..r+1.
+            big = -(-n // np.arange(r, 0, -1, dtype=np.int64))
+            return np.concatenate((np.arange(1, r + 2, dtype=np.int64), big[big > r + 1]))
+    sfs: set[int] = set()
+    for n in lengths:
+        sfs |= _sf_classes(n)
+    return sorted(sfs)
+
+
 def _local_lengths(pb: _Problem, piece: _Piece) -> set[int]:
     """The piece's local lengths over the ranks, before the mesh dim being decided."""
     on = [j for j, _, o in pb.decided if o == piece.dim]
+    if not on:
+        return {piece.size}
     lengths = set()
     for coord in itertools.product(*(range(pb.mesh[j]) for j in on)):
         steps = _steps(pb.outs, pb.mesh, tuple(zip(on, coord, strict=True)), piece.dim)
@@ -1390,7 +1609,9 @@ def _decide(pb: _Problem, dim: int) -> tuple[bool, Sharding, _Check]:
     survivor whose positions agree is the first valid candidate; and a candidate tried again
     fails again, so the later stages need not leave out the earlier ones."""
     check = _Check(pb)
-    structural = list(dict.fromkeys(_structural(pb, dim)))
+    counts = _outer_counts(pb, dim)
+    ordered = _ordered_pieces(pb, dim, counts)
+    structural = list(dict.fromkeys(_structural(pb, dim, counts, ordered)))
     runs: dict[int, list[int]] = {}
     for o, sf in structural:
         runs.setdefault(o, []).append(sf)
@@ -1401,7 +1622,7 @@ def _decide(pb: _Problem, dim: int) -> tuple[bool, Sharding, _Check]:
         if sf in alive[o] and check.placed((o, sf)):
             return True, (o, sf), check
     first = structural[0] if structural else None
-    own = [piece for _, piece in _ordered_pieces(pb, dim)]
+    own = [piece for _, piece in ordered]
     for stage in range(2):
         if stage == 0:
             pieces = own
@@ -1410,15 +1631,19 @@ def _decide(pb: _Problem, dim: int) -> tuple[bool, Sharding, _Check]:
             pieces = [_Piece(o, pb.view.out_sizes[o]) for o in others]
         else:
             break
+        if not pieces:
+            continue  # (nothing to list)
         if first is not None and (
             (stage == 1 and check.elsewhere_hopeless())
             or all(check.hopeless(p.dim) for p in pieces)
         ):
             continue  # nothing on these pieces can pass: no need to list their chunkings
         for o, sfs in _exhaustive(pb, pieces):
-            if first is None and sfs:
-                first = (o, min(sfs))
-            for sf in sorted(check.survivors(o, list(sfs))):
+            if first is None and len(sfs):
+                first = (o, int(sfs[0]))
+            if check.hopeless(o):
+                continue  # (the count pass would drop every split factor)
+            for sf in check.survivors(o, sfs):
                 if check.placed((o, sf)):
                     return True, (o, sf), check
     # Keeping the input sharded with a replicated output is exact only if every rank holds
@@ -1433,19 +1658,20 @@ def _reason(check: _Check, dim: int, failed: Sharding) -> str:
     with the first candidate (``failed``, None for Replicate)."""
     pb, i = check.pb, check.pb.i
     m, sf = pb.mesh[i], pb.ins[i][1]  # type: ignore[index]
-    coords = tuple((j, 0) for j in range(i))
-    length = _length(pb.view.shape[dim], _steps(pb.ins, pb.mesh, coords, dim))
+    # d's length on the rank at coordinate 0 of mesh dims 0..i-1
+    steps = [(p[1], pb.mesh[j], 0) for j, p in enumerate(pb.ins[:i]) if p and p[0] == dim]
+    length = _length(pb.view.shape[dim], steps)
     if sf == 1:
         chunks = f"ceil({length}/{m})={-(-length // m)} per rank"
     else:
         piece = -(-length // sf)
         chunks = f"ceil({piece}/{m})={-(-piece // m)} per rank in each of {sf} pieces"
-    head = f"{pb.group.what}, and its {m} uneven chunks ({chunks})"
+    head = f"{_text(pb.group.what)}, and its {m} uneven chunks ({chunks})"
     mm = _first_failure(check, failed)
     if mm is None:
         return f"{head} cannot be expressed on the output"
-    at = ", ".join(str(c) for _, c in mm.coords)
-    where = f"the rank at coordinate ({at}) of mesh dims {tuple(j for j, _ in mm.coords)}"
+    at = ", ".join([str(c) for _, c in mm.coords])
+    where = f"the rank at coordinate ({at}) of mesh dims {tuple([j for j, _ in mm.coords])}"
     if mm.unprovable:
         return f"{head} are too irregular to prove exactly (more than {MAX_FAMILIES} runs)"
     if mm.empty:
@@ -1486,8 +1712,8 @@ def propagate_uneven(
     ``complex_view``: whether ``rule`` is ``view_as_complex``'s (True), a real flatten (False),
     or unknown (None: the answer must be valid for both, as they share the rule).
     """
-    shape = tuple(int(n) for n in global_shape)
-    mesh = tuple(int(m) for m in mesh_shape)
+    shape = tuple([int(n) for n in global_shape])
+    mesh = tuple([int(m) for m in mesh_shape])
     view = _analyse(rule, shape, complex_view)
     target: tuple[Placement, ...] = ()
     out: tuple[Placement, ...] = ()
@@ -1503,7 +1729,7 @@ def propagate_uneven(
             outs += (None,)
             continue
         pb = _Problem(view, view.group_of[s[0]], (*ins, s), outs, mesh)
-        kept, choice, check = _decide(pb, s[0])
+        kept, choice, _ = _decide(pb, s[0])
         if kept:
             target += (p,)
             out += (_placement(choice),)
@@ -1514,5 +1740,57 @@ def propagate_uneven(
         out += (Replicate(),)
         ins += (None,)
         outs += (None,)
-        blocked += (Blocked(i, s[0], _reason(check, s[0], choice)),)
+        blocked += (_LazyBlocked(i, s[0], pb, choice),)
     return target, out, blocked
+
+
+#: The ``reason`` slot of :class:`Blocked`, which :class:`_LazyBlocked` fills when it is read.
+_REASON_SLOT = Blocked.__dict__["reason"]
+
+
+class _LazyBlocked(Blocked):
+    """A :class:`Blocked` whose reason is written when it is first read.
+
+    Writing a reason replays the first rank that fails with exact sets, about a quarter of a
+    cold call, and only a strict view that raises reads one (a reshape drops them). The text
+    is :func:`_reason`'s, from the same problem, so the object reads, compares, hashes, prints
+    and pickles as the plain :class:`Blocked` with that reason would.
+    """
+
+    __slots__ = ("_failed", "_problem")
+
+    def __init__(self, mesh_dim: int, tensor_dim: int, pb: _Problem, failed: Sharding) -> None:
+        object.__setattr__(self, "mesh_dim", mesh_dim)
+        object.__setattr__(self, "tensor_dim", tensor_dim)
+        object.__setattr__(self, "_problem", pb)
+        object.__setattr__(self, "_failed", failed)
+
+    @property  # type: ignore[override]
+    def reason(self) -> str:
+        try:
+            return _REASON_SLOT.__get__(self, Blocked)  # type: ignore[no-any-return]
+        except AttributeError:
+            text = _reason(_Check(self._problem), self.tensor_dim, self._failed)
+            _REASON_SLOT.__set__(self, text)
+            object.__setattr__(self, "_problem", None)  # (the problem is no longer needed)
+            return text
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Blocked):
+            return NotImplemented
+        return (self.mesh_dim, self.tensor_dim, self.reason) == (
+            other.mesh_dim,
+            other.tensor_dim,
+            other.reason,
+        )
+
+    __hash__ = Blocked.__hash__
+
+    def __repr__(self) -> str:
+        return repr(self._plain())
+
+    def __reduce__(self) -> tuple[type[Blocked], tuple[int, int, str]]:
+        return Blocked, (self.mesh_dim, self.tensor_dim, self.reason)
+
+    def _plain(self) -> Blocked:
+        return Blocked(self.mesh_dim, self.tensor_dim, self.reason)
