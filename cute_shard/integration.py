@@ -349,12 +349,9 @@ class MayCopy:
 
     def __call__(self, keyset: torch._C.DispatchKeySet, x: Any, *args: Any, **kwargs: Any) -> Any:
         if isinstance(x, DTensor):
-            spec = x._spec
-            out_shape = self.out_shape(spec.shape, *args, **kwargs)
+            out_shape = self.out_shape(x._spec.shape, *args, **kwargs)
             if out_shape is not None:  # else the op below raises torch's own error
-                target = _move_to(spec, out_shape)
-                if target is not None:
-                    x = x.redistribute(spec.mesh, target)
+                x = redistribute_for_view(x, out_shape)
         return self._redispatch(keyset & _AFTER_SNAPSHOT, x, *args, **kwargs)
 
 
@@ -364,7 +361,7 @@ def redistribute_for_view(x: DTensor, out_shape: Sequence[Any]) -> DTensor:
     nothing moves, or if the engine rejects the shapes (an illegal ``out_shape``: the view
     then raises the error it raises without this step)."""
     spec = x._spec
-    target = _move_to(spec, tuple(out_shape))
+    target = _move_to(spec, out_shape if type(out_shape) is tuple else tuple(out_shape))
     return x if target is None else x.redistribute(spec.mesh, target)
 
 

@@ -54,7 +54,6 @@ from .sizes import Size, is_static
 __all__ = [
     "OPTIONAL",
     "complex_pair_dim",
-    "failures",
     "fast_answer",
     "fast_propagate",
     "leaf_propagate",
@@ -488,12 +487,11 @@ def fast_answer(
     """``(input target, output)`` exactly as the general engine gives it, or None for the
     general engine.
 
-    A zero-communication view is :func:`fast_propagate`'s. Otherwise this takes the first
-    steps of the general engine's search for what moves (``propagate._least_to_move``),
-    each tried on the hot path: the directly failing mesh dims if there are any (the search
-    tries exactly them first), else each single sharded mesh dim, smallest first. A step
-    the hot path cannot answer ends the walk (None) unless :func:`failures` shows that the
-    general engine fails on it too; so does the end of these first steps.
+    A zero-communication view is :func:`fast_propagate`'s, else the leaf pass's. Otherwise
+    this walks the general engine's search for what moves (``propagate._least_to_move``) in
+    its order: the directly failing mesh dims if there are any (the search tries exactly
+    them first), else each single sharded mesh dim, smallest first, then the other subsets
+    by cost. Each step runs the leaf pass; a step it does not cover ends the walk (None).
     """
     out = fast_propagate(placements, shape, rule, mesh, complex_view)
     if out is not None:
@@ -593,21 +591,6 @@ _Leaf = tuple[int, int, int]
 OPTIONAL = 1 << 62
 
 
-def failures(
-    placements: Sequence[Placement],
-    shape: tuple[int, ...],
-    rule: tuple[DimSpec, ...],
-    mesh: tuple[int, ...],
-    complex_view: bool | None,
-) -> int:
-    """What the general engine's first attempt (``propagate._attempt``) finds failing for
-    this view, as a bit mask: bit m for a mesh dim that fails directly, :data:`OPTIONAL` if
-    a group's local sub-modes are cut. 0 when nothing fails or this path does not cover the
-    case (:func:`_leaf_pass`)."""
-    found = _leaf_pass(placements, shape, rule, mesh, complex_view, None)
-    return found if found > 0 else 0
-
-
 def leaf_propagate(
     placements: Sequence[Placement],
     shape: tuple[int, ...],
@@ -633,8 +616,9 @@ def _leaf_pass(
     complex_view: bool | None,
     out: list[Placement] | None,
 ) -> int:
-    """The general engine's first attempt with int leaves: the failure mask (see
-    :func:`failures`), or -1 where this path does not cover the case. With ``out`` and a
+    """The general engine's first attempt with int leaves: what fails, as a bit mask (bit m
+    for a mesh dim that fails directly, :data:`OPTIONAL` if a group's local sub-modes are
+    cut), or -1 where this path does not cover the case. With ``out`` and a
     mask of 0, ``out`` holds the output placements read back (``layout_to_placements``).
 
     It follows the general engine step by step, with int tuples for leaves: the layout
@@ -874,7 +858,7 @@ def _group(
 def _take_pieces(leaves: list[_Leaf], pieces: Sequence[int], taken: list[list[_Leaf]]) -> int:
     """Route one split group innermost piece first, as ``compose._route_group``, into
     ``taken`` (innermost piece first), and check the pieces read back; what fails (a mask as
-    :func:`failures` returns)."""
+    :func:`_leaf_pass` returns)."""
     rest = list(leaves)
     failed = 0
     for j in range(len(pieces) - 1, -1, -1):
