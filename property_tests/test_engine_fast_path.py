@@ -3,7 +3,8 @@
 Wherever ``fast_propagate`` or ``leaf_propagate`` answers, the general engine (placements ->
 layout -> compose_view -> read-back, run with the hot path bypassed) must return exactly the
 same output placements and keep the input as it is; wherever ``fast_answer`` answers a view
-that must move, the same input target and output. The oracle suites then cover the hot path
+that must move, the same input target and output; wherever ``uneven_answer`` answers an
+uneven view, the uneven fallback's input target and output. The oracle suites then cover the hot path
 too, since ``propagate_shape_and_sharding`` runs it first. The hit rate is reported with ``event``.
 """
 
@@ -13,6 +14,7 @@ from hypothesis import event, given
 
 from cute_shard.engine import propagate as P
 from cute_shard.engine.fast import fast_answer, fast_propagate, leaf_propagate
+from cute_shard.engine.fast_uneven import uneven_answer
 from cute_shard.engine.sharded import normalize_placements, to_torch_placement
 from property_tests.engine_strategies import ENGINE, Case, cases, even_view_cases, view_cases
 
@@ -48,6 +50,16 @@ def _check(case: Case) -> None:
         if answer is None:
             continue
         assert _general(case, complex_view) == answer, str(case)
+    for complex_view in (None, False, True):
+        for strict in (False, True):
+            answer = uneven_answer(
+                case.placements, case.shape, case.rule, case.mesh, complex_view, strict
+            )
+            event(f"uneven hot path answered: {answer is not None}")
+            if answer is None:
+                continue
+            assert not strict or answer[0] == case.placements, str(case)
+            assert _general(case, complex_view) == answer, str(case)
 
 
 @ENGINE

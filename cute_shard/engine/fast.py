@@ -58,6 +58,7 @@ __all__ = [
     "fast_propagate",
     "leaf_propagate",
     "placement",
+    "replicated",
     "search_moves",
 ]
 
@@ -83,9 +84,16 @@ def fast_propagate(
     rule: tuple[DimSpec, ...],
     mesh: tuple[int, ...],
     complex_view: bool | None,
+    moved: list[int] | None = None,
 ) -> tuple[Placement, ...] | None:
     """The output placements of a zero-communication view with input ``placements``, or None
-    when this path does not answer (see the module docstring)."""
+    when this path does not answer (see the module docstring).
+
+    With ``moved`` (a one-item list) the path also answers for groups holding one ``Shard``
+    of one dim whatever its evenness (see :func:`_one_shard_flatten` and
+    :func:`_one_shard_split`): a mesh dim that must move is replicated in the output and its
+    bit is set in ``moved[0]``; the input target is the input with those mesh dims
+    replicated."""
     ndim = len(shape)
     if len(placements) != len(mesh):
         return None
@@ -119,7 +127,7 @@ def fast_propagate(
         if cls is Singleton or cls is NewDim:  # size-1 or new dims may sit inside a group
             continue
         if source is not None and (cls is not Split or spec.input_dim != source):  # type: ignore[attr-defined]
-            used = _split_group(shape, rule, source, ids, used, dims, mesh, out)
+            used = _split_group(shape, rule, source, ids, used, dims, mesh, out, moved)
             if used < 0:
                 return None
             source = None
@@ -148,8 +156,18 @@ def fast_propagate(
                 # One Shard: sub-modes (dims before it, n, the rest), so its split factor
                 # is the size of the dims before it.
                 m = dims[hit][0][0]
-                if shape[hit] % mesh[m]:
-                    return None
+                if shape[hit] % mesh[m]:  # uneven
+                    if moved is None or (
+                        complex_view is not False and complex_pair_dim(rule, shape) is not None
+                    ):  # (view_as_complex flattens pairs: another size, another answer)
+                        return None
+                    keep = _one_shard_flatten(shape, src, hit, mesh[m])
+                    if keep < 0:
+                        return None
+                    if not keep:
+                        moved[0] |= 1 << m
+                        out[m] = _REPLICATE
+                        continue
                 outer = 1
                 for d in src:
                     if d == hit:
@@ -173,7 +191,7 @@ def fast_propagate(
         else:  # Repeat: the general engine
             return None
     if source is not None:
-        used = _split_group(shape, rule, source, ids, used, dims, mesh, out)
+        used = _split_group(shape, rule, source, ids, used, dims, mesh, out, moved)
         if used < 0:
             return None
     if used != (1 << ndim) - 1:  # an input dim the rule drops must be an unsharded size-1 dim
@@ -247,6 +265,7 @@ def _split_group(
     dims: dict[int, list[tuple[int, int]]],
     mesh: tuple[int, ...],
     out: list[Placement],
+    moved: list[int] | None,
 ) -> int:
     """Route the ``Split``s of one source (consecutive in the rule); ``used`` updated, or -1."""
     if type(source) is InputDim:
@@ -286,11 +305,58 @@ def _split_group(
             # One Shard of one dim: sub-modes (n, rest). It stays whole iff the first piece
             # holds it, and then it is that piece's Shard.
             m = steps[0][0]
-            if total % mesh[m] or pieces[0] % mesh[m]:
-                return -1
+            n = mesh[m]
+            if total % n or pieces[0] % n:
+                if moved is None:
+                    return -1
+                keep = _one_shard_split(total, pieces[0], n)
+                if keep < 0:
+                    return -1
+                if not keep:
+                    moved[0] |= 1 << m
+                    out[m] = _REPLICATE
+                    return used
             out[m] = placement(targets[0], 1)
             return used
     return used if _route(shape, src, pieces, targets, dims, mesh, out) else -1
+
+
+def _one_shard_flatten(shape: tuple[int, ...], src: tuple[int, ...], hit: int, n: int) -> int:
+    """Whether a ``Shard`` of dim ``hit`` (of ``n`` ranks, the only sharding of the flatten
+    group ``src``) stays, whatever the evenness: 1 yes, 0 it must move, -1 not decided here.
+
+    With size s and the dims after it of size ``inner``, rank r holds rows
+    ``[r*c, (r+1)*c)`` (``c = ceil(s/n)``, clipped) of every block of the dims before it. The
+    flattened dim read as a ``_StridedShard`` with those blocks as pieces gives rank r
+    ``[r*C, (r+1)*C)`` of every block (``C = ceil(s*inner/n)``), the same exactly when
+    ``C == c*inner``. Otherwise no placement gives rank 0 its set (rows ``[0, c)`` of every
+    block, ``c < s``), so the mesh dim must move."""
+    s = shape[hit]
+    if s < 2:
+        return -1
+    inner = 1
+    after = False
+    for d in src:
+        if after:
+            inner *= shape[d]
+        elif d == hit:
+            after = True
+    return 1 if -(-s * inner // n) == -(-s // n) * inner else 0
+
+
+def _one_shard_split(total: int, first: int, n: int) -> int:
+    """Whether a ``Shard`` (of ``n`` ranks, the only sharding) of a dim of size ``total``
+    split into pieces, the first of size ``first``, stays: 1 yes (as the first piece's
+    ``Shard``), 0 it must move, -1 not decided here.
+
+    Rank r holds ``[r*c, (r+1)*c)`` of the dim (``c = ceil(total/n)``, clipped): on rank 0 a
+    prefix shorter than the dim. Whole rows of the first piece can make such a prefix; rows
+    of a later piece cannot (they repeat for every row of the first piece). So only the
+    first piece's ``Shard`` can hold it: ``ceil(first/n)`` rows of ``total/first`` elements
+    on rank 0, clipped the same way on the others, equal exactly when that is ``c``."""
+    if first < 2 or total < 2:
+        return -1
+    return 1 if -(-first // n) * (total // first) == -(-total // n) else 0
 
 
 def _shard_dims(
@@ -493,10 +559,18 @@ def fast_answer(
     them first), else each single sharded mesh dim, smallest first, then the other subsets
     by cost. Each step runs the leaf pass; a step it does not cover ends the walk (None).
     """
-    out = fast_propagate(placements, shape, rule, mesh, complex_view)
+    moved = [0]
+    out = fast_propagate(placements, shape, rule, mesh, complex_view, moved)
     if out is not None:
-        return tuple(placements), out
+        return replicated(placements, moved[0]), out
     return search_moves(placements, shape, rule, mesh, complex_view)
+
+
+def replicated(placements: Sequence[Placement], moved: int) -> tuple[Placement, ...]:
+    """``placements`` with the mesh dims in the bit mask ``moved`` replicated."""
+    if not moved:
+        return tuple(placements)
+    return tuple(_REPLICATE if moved >> m & 1 else p for m, p in enumerate(placements))
 
 
 def search_moves(

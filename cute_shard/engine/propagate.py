@@ -28,7 +28,8 @@ from torch.distributed.tensor.placement_types import Partial, Placement
 from ..rules import Broadcast, DimSpec, Flatten, InputDim, Repeat
 from .compose import _rule_groups_cached, compose_view, rule_groups
 from .errors import Blocked, RedistributionRequired
-from .fast import complex_pair_dim, fast_propagate, leaf_propagate, search_moves
+from .fast import complex_pair_dim, fast_propagate, leaf_propagate, replicated, search_moves
+from .fast_uneven import uneven_answer
 from .sharded import (
     MeshPlacement,
     layout_to_placements,
@@ -73,14 +74,20 @@ def propagate_shape_and_sharding(
     given = rule if type(rule) is tuple else tuple(rule)
     # The common even, zero-communication view. The hot path answers only for cute_shard's
     # own DimSpecs (it tests their exact types), so it runs before any conversion.
-    fast = fast_propagate(placements, shape, given, mesh, complex_view)
+    # Outside strict views it also answers a lone Shard of a group that must move.
+    moved = None if strict_view else [0]
+    fast = fast_propagate(placements, shape, given, mesh, complex_view, moved)
+    ours = given
+    if fast is None:
+        ours = _as_rule(given)
+        if ours is not given:  # torch's DimSpecs, converted
+            moved = None if strict_view else [0]
+            fast = fast_propagate(placements, shape, ours, mesh, complex_view, moved)
     if fast is not None:
-        return tuple(placements), fast
-    ours = _as_rule(given)
-    if ours is not given:  # torch's DimSpecs, converted
-        fast = fast_propagate(placements, shape, ours, mesh, complex_view)
-        if fast is not None:
-            return tuple(placements), fast
+        return replicated(placements, moved[0] if moved else 0), fast
+    answer = uneven_answer(placements, shape, ours, mesh, complex_view, strict_view)
+    if answer is not None:
+        return answer
     if strict_view:  # (a strict view that must move raises, with the general engine's reasons)
         fast = leaf_propagate(placements, shape, ours, mesh, complex_view)
         if fast is not None:

@@ -1,0 +1,261 @@
+"""The hot path for uneven shards: the uneven fallback's answer, read off the sizes.
+
+When a shard does not divide its dim, a layout cannot express the input and the general
+engine runs the uneven fallback (``uneven.propagate_uneven``): mesh dims in order, each kept
+with the first output placement proven valid on every rank, or replicated. That proof is
+exact and general, and costs 40-300 µs. For the groups models meet, the decision is a
+comparison of two chunk sizes, and this module makes it, mesh dim by mesh dim in the same
+order, with plain ints:
+
+- an ``InputDim`` output moves its dim whole: every placement on it stays as it is;
+- a ``Shard`` of dim d in a ``Flatten`` (no earlier kept mesh dim shards d or a dim before
+  it in the group): :func:`flatten_keeps` on the local sizes every rank may have;
+- a chain of ``Shard``\\ s of one dim split into pieces (each earlier one kept on the first
+  piece): :func:`split_keeps` on the first piece's local sizes.
+
+A kept mesh dim gets the placement the group's structure predicts, which is the fallback's
+first candidate; a mesh dim that cannot keep its shard on the rank at coordinate 0 of every
+mesh dim (whose input is never empty) has no valid placement at all, so it is replicated.
+Anything else (a ``_StridedShard`` outside an ``InputDim``, a split of a flatten, a rule that
+may be ``view_as_complex``'s, a decision that depends on ranks with empty shards, a
+malformed rule) returns None for the general engine, and so does every view a layout can
+express: those go through the layout search, whose choices differ.
+
+``tests/test_fast_uneven.py`` and the fast-path property tests check it against the fallback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from torch.distributed.tensor.placement_types import (
+    Partial,
+    Placement,
+    Replicate,
+    Shard,
+    _StridedShard,
+)
+
+from ..rules import Broadcast, DimSpec, Flatten, InputDim, NewDim, Singleton, Split
+from .fast import complex_pair_dim, placement
+
+__all__ = ["flatten_keeps", "split_keeps", "uneven_answer"]
+
+_REPLICATE = Replicate()
+# Kinds of group an input dim belongs to.
+_INPUT, _FLAT, _SPLIT, _OTHER = 0, 1, 2, 3
+# A set of local sizes larger than this is left to the fallback.
+_MAX_SIZES = 64
+
+
+def flatten_keeps(s: int, inner: int, n: int) -> bool:
+    """Whether ``Shard`` over n ranks of a dim of local size s, flattened with local size
+    ``inner`` after it, is the flattened dim's placement with the blocks before it as
+    pieces: rank r holds rows ``[r*c, (r+1)*c)`` (``c = ceil(s/n)``, clipped) of every
+    block, and the output chunk of a block is ``ceil(s*inner/n)``."""
+    return -(-s * inner // n) == -(-s // n) * inner
+
+
+def split_keeps(first: int, rest: int, n: int) -> bool:
+    """Whether ``Shard`` over n ranks of a dim of local size ``first * rest``, split into a
+    first piece of local size ``first`` and pieces of size ``rest`` after it, is the first
+    piece's ``Shard``: ``ceil(first/n)`` rows of ``rest`` elements on rank 0, clipped the
+    same way on the others."""
+    return -(-first // n) * rest == -(-first * rest // n)
+
+
+def _chunks(sizes: set[int], n: int) -> set[int]:
+    """Every local size ``torch.chunk`` into n gives a dim of one of ``sizes``."""
+    out = set()
+    for s in sizes:
+        c = -(-s // n)
+        for r in range(n):
+            out.add(min(max(s - r * c, 0), c))
+    return out
+
+
+def uneven_answer(
+    placements: Sequence[Placement],
+    shape: tuple[int, ...],
+    rule: tuple[DimSpec, ...],
+    mesh: tuple[int, ...],
+    complex_view: bool | None,
+    strict: bool = False,
+) -> tuple[tuple[Placement, ...], tuple[Placement, ...]] | None:
+    """``(input target, output)`` as the uneven fallback gives them, or None (see the module
+    docstring). With ``strict`` only an answer that moves nothing is given."""
+    ndim = len(shape)
+    if len(placements) != len(mesh):
+        return None
+    for n in shape:
+        if type(n) is not int or n < 1:
+            return None
+    for n in mesh:
+        if type(n) is not int or n < 2:
+            return None
+    # Only where a layout cannot express the input: some step of DTensor's split (mesh dims
+    # in order) does not divide the dim's local length.
+    dims: list[int] = []  # the tensor dim of each mesh dim, -1 if it shards none
+    local = list(shape)
+    uneven = False
+    for m, p in enumerate(placements):
+        cls = type(p)
+        if cls is Shard or cls is _StridedShard:
+            d = p.dim  # type: ignore[attr-defined]
+            if d < 0:
+                d += ndim
+            if not 0 <= d < ndim:
+                return None
+            sf = 1 if cls is Shard else p.split_factor  # type: ignore[attr-defined]
+            if type(sf) is not int or sf < 1:
+                return None
+            if local[d] % (sf * mesh[m]):
+                uneven = True
+            else:
+                local[d] //= mesh[m]
+            dims.append(d)
+        elif cls is Replicate or isinstance(p, Partial):
+            dims.append(-1)
+        else:
+            return None
+    if not uneven:
+        return None
+    if complex_view is not False and complex_pair_dim(rule, shape) is not None:
+        return None
+    # The groups: kind, output dim(s) and sources of every input dim.
+    kind = [-1] * ndim
+    where = [0] * ndim  # _INPUT/_FLAT: the output dim; _SPLIT: index into `splits`
+    flats: dict[int, tuple[int, ...]] = {}  # output dim of a Flatten: its input dims
+    splits: list[tuple[int, tuple[int, ...], list[int]]] = []  # (dim, pieces, targets)
+    for o, spec in enumerate(rule):
+        cls = type(spec)
+        if cls is InputDim:
+            src: tuple[int, ...] = (spec.input_dim,)  # type: ignore[attr-defined]
+            k = _INPUT
+        elif cls is Flatten:
+            src = tuple([x.input_dim for x in spec.input_dims])  # type: ignore[attr-defined]
+            flats[o] = src
+            k = _FLAT
+        elif cls is Split:
+            source = spec.input_dim  # type: ignore[attr-defined]
+            pieces = spec.group_shape  # type: ignore[attr-defined]
+            if type(source) is not InputDim:
+                return None  # (a split of a flatten: the fallback)
+            d = source.input_dim
+            if not 0 <= d < ndim:
+                return None
+            if kind[d] == -1:
+                kind[d] = _SPLIT
+                where[d] = len(splits)
+                splits.append((d, pieces, [-1] * len(pieces)))
+            elif kind[d] != _SPLIT or splits[where[d]][1] != pieces:
+                return None
+            targets = splits[where[d]][2]
+            i = spec.split_id  # type: ignore[attr-defined]
+            if not 0 <= i < len(targets) or targets[i] != -1:
+                return None
+            targets[i] = o
+            continue
+        elif cls is Singleton or cls is NewDim:
+            continue
+        elif cls is Broadcast and type(spec.dim) is Singleton:  # type: ignore[attr-defined]
+            continue
+        elif cls is Broadcast and type(spec.dim) is InputDim:  # type: ignore[attr-defined]
+            src = (spec.dim.input_dim,)  # type: ignore[attr-defined]
+            k = _OTHER
+        else:
+            return None
+        for d in src:
+            if not 0 <= d < ndim or kind[d] != -1:
+                return None
+            kind[d] = k
+            where[d] = o
+    for d in range(ndim):
+        if kind[d] == -1 and shape[d] != 1:
+            return None
+    for d, pieces, targets in splits:
+        total = 1
+        for q in pieces:
+            if type(q) is not int:
+                return None
+            total *= q
+        if total != shape[d] or -1 in targets:
+            return None
+    # Mesh dims in order: keep or replicate.
+    sizes: dict[int, set[int]] = {}  # local sizes of the dims kept mesh dims shard
+    first: dict[int, set[int]] = {}  # split groups: local sizes of the first piece
+    target = list(placements)
+    out = list(placements)
+    moved = False
+    for m, p in enumerate(placements):
+        d = dims[m]
+        if d < 0:  # Replicate, Partial: carried as they are
+            continue
+        n = mesh[m]
+        k = kind[d]
+        if k == _INPUT:  # moved whole: the placement stays
+            sf = 1 if type(p) is Shard else p.split_factor  # type: ignore[attr-defined]
+            out[m] = placement(where[d], sf)
+            continue
+        if type(p) is not Shard:
+            return None
+        if k == _FLAT:
+            o = where[d]
+            src = flats[o]
+            outer = 1
+            inner = {1}  # the local sizes of the dims after d, over the ranks
+            at_zero = 1  # the one on the rank at coordinate 0 of every mesh dim
+            before = True
+            for e in src:
+                if e == d:
+                    before = False
+                elif before:
+                    if e in sizes:
+                        if len(sizes[e]) != 1:  # (the split factor would differ between ranks)
+                            return None
+                        outer *= min(sizes[e])
+                    else:
+                        outer *= shape[e]
+                elif e in sizes:
+                    inner = {a * b for a in inner for b in sizes[e]}
+                    if len(inner) > _MAX_SIZES:
+                        return None
+                    at_zero *= max(sizes[e])
+                else:
+                    inner = {a * shape[e] for a in inner}
+                    at_zero *= shape[e]
+            lengths = sizes.get(d, {shape[d]})  # d's local sizes (a chain of Shards of d)
+            top = max(lengths)
+            if top < 2:
+                return None
+            if all(flatten_keeps(s, v, n) for s in lengths for v in inner):
+                out[m] = placement(o, outer)
+                sizes[d] = _chunks(lengths, n)
+                continue
+            if flatten_keeps(top, at_zero, n):
+                return None  # only ranks with other local sizes fail: the fallback decides
+        elif k == _SPLIT:
+            _, pieces, targets = splits[where[d]]
+            rest = shape[d] // pieces[0]
+            lengths = first.get(d, {pieces[0]})
+            top = max(lengths)
+            if top < 2 or shape[d] < 2:
+                return None
+            if all(split_keeps(f, rest, n) for f in lengths if f):
+                out[m] = placement(targets[0], 1)
+                lengths = _chunks(lengths, n)
+                if len(lengths) > _MAX_SIZES:
+                    return None
+                first[d] = lengths
+                continue
+            if split_keeps(top, rest, n):
+                return None
+        else:  # a broadcast or dropped size-1 dim
+            return None
+        # No placement keeps it: replicated.
+        if strict:
+            return None
+        moved = True
+        target[m] = _REPLICATE
+        out[m] = _REPLICATE
+    return (tuple(target) if moved else tuple(placements)), tuple(out)

@@ -1,0 +1,143 @@
+"""The uneven hot path (``cute_shard.engine.fast_uneven``) on worked cases.
+
+Each case is answered by ``uneven_answer``, must equal the uneven fallback's answer (the general
+engine with the hot paths bypassed), and is checked on every simulated rank by the oracle.
+Cases outside the hot path's reach must give None, so the general engine decides them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch.distributed.tensor.placement_types import (
+    Partial,
+    Placement,
+    Replicate,
+    Shard,
+    _StridedShard,
+)
+
+import cute_shard
+from cute_shard import oracle
+from cute_shard.engine import propagate as P
+from cute_shard.engine.fast_uneven import flatten_keeps, split_keeps, uneven_answer
+from cute_shard.engine.sharded import normalize_placements, to_torch_placement
+from cute_shard.rules import flatten, view_groups
+
+R = Replicate()
+
+
+def _general(placements, shape, rule, mesh):  # type: ignore[no-untyped-def]
+    norm = normalize_placements(placements, len(shape), mesh)
+    target, out, _ = P._propagate(norm, shape, rule, mesh, None)
+    return (
+        tuple(P._merge_target(placements, target)),
+        tuple(to_torch_placement(p) for p in out),
+    )
+
+
+def _valid(shape, to, target, out, mesh) -> bool:  # type: ignore[no-untyped-def]
+    def local(t: torch.Tensor, local_shape: tuple[int, ...]) -> torch.Tensor:
+        return t.reshape(local_shape)
+
+    verdict = oracle.check_view(shape, target, out, mesh, lambda g: g.reshape(to), local)
+    return verdict.ok
+
+
+CASES: list[
+    tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[Placement, ...], object]
+] = [
+    # (shape, view to, mesh, placements, want (target, out))
+    # A flatten keeps an uneven Shard when each block's chunk is whole rows.
+    ((3, 33), (99,), (6,), (Shard(1),), ((Shard(1),), (_StridedShard(0, split_factor=3),))),
+    (
+        (4, 15, 128),
+        (60, 128),
+        (4,),
+        (Shard(1),),
+        ((Shard(1),), (_StridedShard(0, split_factor=4),)),
+    ),
+    # ... and replicates it when the flattened chunk is not whole rows.
+    ((15, 16), (240,), (8,), (Shard(0),), ((R,), (R,))),
+    ((6, 256), (1536,), (8,), (Shard(0),), ((R,), (R,))),
+    # Split of an uneven dim: kept on the first piece only if its chunk is whole rows.
+    ((4,), (2, 2), (3,), (Shard(0),), ((Shard(0),), (Shard(0),))),
+    ((441, 63), (63, 7, 63), (6,), (Shard(0),), ((R,), (R,))),
+    # Mesh dims in order: the first moves, the second then keeps its dim.
+    (
+        (3, 3),
+        (9,),
+        (2, 3),
+        (Shard(0), Shard(1)),
+        ((R, Shard(1)), (R, _StridedShard(0, split_factor=3))),
+    ),
+    ((945,), (15, 63), (2, 3), (Shard(0), Shard(0)), ((R, Shard(0)), (R, Shard(0)))),
+    # A kept uneven Shard of a later dim leaves the earlier dim's Shard whole rows.
+    (
+        (63, 33),
+        (2079,),
+        (2, 3),
+        (Shard(1), Shard(0)),
+        ((Shard(1), Shard(0)), (_StridedShard(0, split_factor=63), Shard(0))),
+    ),
+    # Partial and dims moved whole are carried.
+    (
+        (5, 7, 6),
+        (5, 42),
+        (2, 2),
+        (Partial(), Shard(0)),
+        ((Partial(), Shard(0)), (Partial(), Shard(0))),
+    ),
+]
+
+
+@pytest.mark.parametrize(("shape", "to", "mesh", "placements", "want"), CASES)
+def test_uneven_answer_equals_the_fallback_and_is_valid(shape, to, mesh, placements, want) -> None:  # type: ignore[no-untyped-def]
+    rule = view_groups(shape, to)
+    answer = uneven_answer(placements, shape, rule, mesh, None)
+    assert answer == want
+    assert answer == _general(placements, shape, rule, mesh)
+    assert _valid(shape, to, *answer, mesh)
+    assert cute_shard.propagate_shape_and_sharding(placements, shape, rule, mesh) == want
+    strict = uneven_answer(placements, shape, rule, mesh, None, strict=True)
+    assert strict == (want if want[0] == placements else None)
+
+
+@pytest.mark.parametrize(
+    ("shape", "rule", "mesh", "placements"),
+    [
+        # A layout expresses it (even): the layout search decides, not this path.
+        ((4, 8), view_groups((4, 8), (32,)), (2,), (Shard(0),)),
+        # A split of a flatten.
+        ((3, 10), view_groups((3, 10), (5, 6)), (2,), (Shard(1),)),
+        # A sharded size-1 dim, a _StridedShard outside an InputDim.
+        ((1, 5), flatten(2), (2,), (Shard(0),)),
+        ((6, 5), flatten(2), (2,), (_StridedShard(1, split_factor=2),)),
+        # A rule view_as_complex may have, with the pairs dim sharded.
+        ((3, 2), flatten(2), (4,), (Shard(0),)),
+        # The first piece holds one row per rank after the first Shard: the second may go
+        # to the next piece, which the fallback decides.
+        ((22,), view_groups((22,), (2, 11)), (2, 2), (Shard(0), Shard(0))),
+    ],
+)
+def test_uneven_answer_leaves_the_rest_to_the_general_engine(shape, rule, mesh, placements) -> None:  # type: ignore[no-untyped-def]
+    assert uneven_answer(placements, shape, rule, mesh, None) is None
+
+
+def test_chunk_comparisons() -> None:
+    # 15 rows over 4 ranks: 4 rows of 128 (512) on rank 0, but 1920 / 4 = 480.
+    assert not flatten_keeps(15, 128, 4)
+    assert flatten_keeps(15, 1, 4)
+    assert flatten_keeps(33, 1, 6)
+    assert not flatten_keeps(6, 256, 8)
+    # 4 = (2, 2) on 3 ranks: chunks [2, 2, 0] of the dim, [1, 1, 0] rows of the first piece.
+    assert split_keeps(2, 2, 3)
+    assert not split_keeps(63, 7, 6)
+    assert all(
+        flatten_keeps(s, v, n) == (math.ceil(s * v / n) == math.ceil(s / n) * v)
+        for s in range(1, 20)
+        for v in range(0, 6)
+        for n in range(2, 6)
+    )
