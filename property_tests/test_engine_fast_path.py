@@ -4,8 +4,9 @@ Wherever ``fast_propagate`` or ``leaf_propagate`` answers, the general engine (p
 layout -> compose_view -> read-back, run with the hot path bypassed) must return exactly the
 same output placements and keep the input as it is; wherever ``fast_answer`` answers a view
 that must move, the same input target and output; wherever ``uneven_answer`` answers an
-uneven view, the uneven fallback's input target and output. The oracle suites then cover the hot path
-too, since ``propagate_shape_and_sharding`` runs it first. The hit rate is reported with ``event``.
+uneven view, the uneven fallback's input target and output. The oracle suites then cover the
+hot paths too, since ``propagate_shape_and_sharding`` runs them first. The hit rate is
+reported with ``event``.
 """
 
 from __future__ import annotations

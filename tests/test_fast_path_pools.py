@@ -3,8 +3,9 @@
 The pools are what the benchmark times: seeded views of every static family (flatten,
 unflatten, reshape, permute, squeeze, expand, _StridedShard inputs, uneven sizes) on 1-D,
 2-D and 3-D meshes, many of them needing some mesh dims to move. Wherever the hot path
-answers (``fast_answer``), the general engine must give the same input target and output. The
-leaf pass (``leaf_propagate``) answers the even views the hot path's flat lists cannot hold.
+answers (``fast_answer``, ``uneven_answer``), the general engine must give the same input
+target and output. The leaf pass (``leaf_propagate``) answers the even views the hot path's
+flat lists cannot hold.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import cute_shard
 from bench.propagate_cases import BUILDERS, make_pool
 from cute_shard.engine import propagate as P
 from cute_shard.engine.fast import fast_answer, fast_propagate, leaf_propagate
+from cute_shard.engine.fast_uneven import uneven_answer
 from cute_shard.engine.sharded import normalize_placements, to_torch_placement
 from cute_shard.rules import parse_rule
 
@@ -33,11 +35,14 @@ def _general(placements, shape, rule, mesh, complex_view):  # type: ignore[no-un
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_hot_path_equals_general_engine_on_bench_pools(family: str) -> None:
-    answered = moved = 0
+    answered = moved = uneven = 0
     for rank in (1, 2, 3):
         for c in make_pool(family, rank, 192):
             rule = BUILDERS[c.op][0](*c.args)
             answer = fast_answer(c.placements, c.shape, rule, c.mesh, None)
+            if answer is None:
+                answer = uneven_answer(c.placements, c.shape, rule, c.mesh, None)
+                uneven += answer is not None
             if answer is None:
                 continue
             answered += 1
@@ -46,6 +51,8 @@ def test_hot_path_equals_general_engine_on_bench_pools(family: str) -> None:
     assert answered > 0
     if family in ("unflatten", "reshape", "strided"):
         assert moved > 20, f"only {moved} views that move mesh dims were answered"
+    if family == "uneven":
+        assert uneven > 50, f"the uneven hot path answered only {uneven} views"
 
 
 @pytest.mark.parametrize(

@@ -64,6 +64,54 @@ def split_keeps(first: int, rest: int, n: int) -> bool:
     return -(-first // n) * rest == -(-first * rest // n)
 
 
+def _split_of_flatten(
+    shape: tuple[int, ...], src: tuple[int, ...], d: int, pieces: tuple[int, ...], n: int
+) -> tuple[int, int, bool] | None:
+    """A ``Shard`` over n ranks of dim d, the only sharding of the flatten of ``src`` split
+    into ``pieces``: ``(piece, split factor, kept)``, or None if not decided here.
+
+    The flat index is ``(A, s, inner)`` (the dims before d, d, the dims after), and the
+    pieces cut it too. The piece j where d starts (pieces before it of size Pb, with
+    ``A = Pb * a``) is ``(a, w)``; if it holds all of d and ``inner / Ps`` more (Ps: the
+    pieces after it) the rows are read as in a flatten, if it holds the first ``w`` rows
+    of d (d = ``(w, q)``, the pieces after it ``q * inner``) as in a split. Either way the
+    placement is ``_StridedShard(j, a)`` and rank 0's chunk must be whole rows of it;
+    otherwise no placement gives rank 0 its prefix of d in every block, and the mesh dim
+    must move. Any other cut of d's rows is left to the fallback."""
+    s = shape[d]
+    if s < 2:
+        return None
+    outer = 1
+    inner = 1
+    before = True
+    for e in src:
+        if e == d:
+            before = False
+        elif before:
+            outer *= shape[e]
+        else:
+            inner *= shape[e]
+    size = outer * s * inner
+    pb = 1
+    j = 0
+    while pb * pieces[j] <= outer:  # j: the piece where d starts
+        pb *= pieces[j]
+        j += 1
+        if j == len(pieces):
+            return None
+    p = pieces[j]
+    if outer % pb or p % (outer // pb):
+        return None
+    a = outer // pb
+    w = p // a
+    ps = size // (pb * p)
+    if w % s == 0 and inner % ps == 0 and w == s * (inner // ps):
+        return j, a, flatten_keeps(s, inner // ps, n)
+    if w >= 2 and s % w == 0 and ps == (s // w) * inner:
+        return j, a, split_keeps(w, s // w, n)
+    return None
+
+
 def _chunks(sizes: set[int], n: int) -> set[int]:
     """Every local size ``torch.chunk`` into n gives a dim of one of ``sizes``."""
     out = set()
@@ -126,7 +174,7 @@ def uneven_answer(
     kind = [-1] * ndim
     where = [0] * ndim  # _INPUT/_FLAT: the output dim; _SPLIT: index into `splits`
     flats: dict[int, tuple[int, ...]] = {}  # output dim of a Flatten: its input dims
-    splits: list[tuple[int, tuple[int, ...], list[int]]] = []  # (dim, pieces, targets)
+    splits: list[tuple[tuple[int, ...], tuple[int, ...], list[int]]] = []  # src, pieces, targets
     for o, spec in enumerate(rule):
         cls = type(spec)
         if cls is InputDim:
@@ -139,16 +187,23 @@ def uneven_answer(
         elif cls is Split:
             source = spec.input_dim  # type: ignore[attr-defined]
             pieces = spec.group_shape  # type: ignore[attr-defined]
-            if type(source) is not InputDim:
-                return None  # (a split of a flatten: the fallback)
-            d = source.input_dim
+            if type(source) is InputDim:
+                src = (source.input_dim,)
+            elif type(source) is Flatten:
+                src = tuple([x.input_dim for x in source.input_dims])
+            else:
+                return None
+            d = src[0]
             if not 0 <= d < ndim:
                 return None
             if kind[d] == -1:
-                kind[d] = _SPLIT
-                where[d] = len(splits)
-                splits.append((d, pieces, [-1] * len(pieces)))
-            elif kind[d] != _SPLIT or splits[where[d]][1] != pieces:
+                for e in src:
+                    if not 0 <= e < ndim or kind[e] != -1:
+                        return None
+                    kind[e] = _SPLIT
+                    where[e] = len(splits)
+                splits.append((src, pieces, [-1] * len(pieces)))
+            elif kind[d] != _SPLIT or splits[where[d]][:2] != (src, pieces):
                 return None
             targets = splits[where[d]][2]
             i = spec.split_id  # type: ignore[attr-defined]
@@ -173,17 +228,20 @@ def uneven_answer(
     for d in range(ndim):
         if kind[d] == -1 and shape[d] != 1:
             return None
-    for d, pieces, targets in splits:
+    for src, pieces, targets in splits:
         total = 1
         for q in pieces:
             if type(q) is not int:
                 return None
             total *= q
-        if total != shape[d] or -1 in targets:
+        for d in src:
+            total //= shape[d]
+        if total != 1 or -1 in targets:
             return None
     # Mesh dims in order: keep or replicate.
     sizes: dict[int, set[int]] = {}  # local sizes of the dims kept mesh dims shard
     first: dict[int, set[int]] = {}  # split groups: local sizes of the first piece
+    busy: set[int] = set()  # splits of a flatten a kept mesh dim shards
     target = list(placements)
     out = list(placements)
     moved = False
@@ -234,6 +292,18 @@ def uneven_answer(
                 continue
             if flatten_keeps(top, at_zero, n):
                 return None  # only ranks with other local sizes fail: the fallback decides
+        elif k == _SPLIT and len(splits[where[d]][0]) > 1:  # a split of a flatten
+            src, pieces, targets = splits[where[d]]
+            if where[d] in busy:
+                return None  # (a kept mesh dim already shards the group)
+            found = _split_of_flatten(shape, src, d, pieces, n)
+            if found is None:
+                return None
+            j, sf, keep = found
+            if keep:
+                out[m] = placement(targets[j], sf)
+                busy.add(where[d])
+                continue
         elif k == _SPLIT:
             _, pieces, targets = splits[where[d]]
             rest = shape[d] // pieces[0]
