@@ -22,7 +22,8 @@ from torch.distributed.tensor.placement_types import (
 import cute_shard
 from cute_shard import oracle
 from cute_shard.engine import propagate as P
-from cute_shard.engine.fast_uneven import flatten_keeps, split_keeps, uneven_answer
+from cute_shard.engine.fast import flatten_keeps, split_keeps
+from cute_shard.engine.fast_uneven import uneven_answer
 from cute_shard.engine.sharded import normalize_placements, to_torch_placement
 from cute_shard.rules import flatten, view_groups
 

@@ -56,10 +56,12 @@ __all__ = [
     "complex_pair_dim",
     "fast_answer",
     "fast_propagate",
+    "flatten_keeps",
     "leaf_propagate",
     "placement",
     "replicated",
     "search_moves",
+    "split_keeps",
 ]
 
 LOCAL = -1
@@ -321,6 +323,22 @@ def _split_group(
     return used if _route(shape, src, pieces, targets, dims, mesh, out) else -1
 
 
+def flatten_keeps(s: int, inner: int, n: int) -> bool:
+    """Whether ``Shard`` over n ranks of a dim of local size s, flattened with local size
+    ``inner`` after it, is the flattened dim's placement with the blocks before it as
+    pieces: rank r holds rows ``[r*c, (r+1)*c)`` (``c = ceil(s/n)``, clipped) of every
+    block, and the output chunk of a block is ``ceil(s*inner/n)``."""
+    return -(-s * inner // n) == -(-s // n) * inner
+
+
+def split_keeps(first: int, rest: int, n: int) -> bool:
+    """Whether ``Shard`` over n ranks of a dim of local size ``first * rest``, split into a
+    first piece of local size ``first`` and pieces of size ``rest`` after it, is the first
+    piece's ``Shard``: ``ceil(first/n)`` rows of ``rest`` elements on rank 0, clipped the
+    same way on the others."""
+    return -(-first // n) * rest == -(-first * rest // n)
+
+
 def _one_shard_flatten(shape: tuple[int, ...], src: tuple[int, ...], hit: int, n: int) -> int:
     """Whether a ``Shard`` of dim ``hit`` (of ``n`` ranks, the only sharding of the flatten
     group ``src``) stays, whatever the evenness: 1 yes, 0 it must move, -1 not decided here.
@@ -341,7 +359,7 @@ def _one_shard_flatten(shape: tuple[int, ...], src: tuple[int, ...], hit: int, n
             inner *= shape[d]
         elif d == hit:
             after = True
-    return 1 if -(-s * inner // n) == -(-s // n) * inner else 0
+    return 1 if flatten_keeps(s, inner, n) else 0
 
 
 def _one_shard_split(total: int, first: int, n: int) -> int:
@@ -356,7 +374,7 @@ def _one_shard_split(total: int, first: int, n: int) -> int:
     on rank 0, clipped the same way on the others, equal exactly when that is ``c``."""
     if first < 2 or total < 2:
         return -1
-    return 1 if -(-first // n) * (total // first) == -(-total // n) else 0
+    return 1 if split_keeps(first, total // first, n) else 0
 
 
 def _shard_dims(

@@ -37,31 +37,15 @@ from torch.distributed.tensor.placement_types import (
 )
 
 from ..rules import Broadcast, DimSpec, Flatten, InputDim, NewDim, Singleton, Split
-from .fast import complex_pair_dim, placement
+from .fast import complex_pair_dim, flatten_keeps, placement, split_keeps
 
-__all__ = ["flatten_keeps", "split_keeps", "uneven_answer"]
+__all__ = ["uneven_answer"]
 
 _REPLICATE = Replicate()
 # Kinds of group an input dim belongs to.
 _INPUT, _FLAT, _SPLIT, _OTHER = 0, 1, 2, 3
 # A set of local sizes larger than this is left to the fallback.
 _MAX_SIZES = 64
-
-
-def flatten_keeps(s: int, inner: int, n: int) -> bool:
-    """Whether ``Shard`` over n ranks of a dim of local size s, flattened with local size
-    ``inner`` after it, is the flattened dim's placement with the blocks before it as
-    pieces: rank r holds rows ``[r*c, (r+1)*c)`` (``c = ceil(s/n)``, clipped) of every
-    block, and the output chunk of a block is ``ceil(s*inner/n)``."""
-    return -(-s * inner // n) == -(-s // n) * inner
-
-
-def split_keeps(first: int, rest: int, n: int) -> bool:
-    """Whether ``Shard`` over n ranks of a dim of local size ``first * rest``, split into a
-    first piece of local size ``first`` and pieces of size ``rest`` after it, is the first
-    piece's ``Shard``: ``ceil(first/n)`` rows of ``rest`` elements on rank 0, clipped the
-    same way on the others."""
-    return -(-first // n) * rest == -(-first * rest // n)
 
 
 def _split_of_flatten(
