@@ -3,23 +3,27 @@
 When a shard does not divide its dim, a layout cannot express the input and the general
 engine runs the uneven fallback (``uneven.propagate_uneven``): mesh dims in order, each kept
 with the first output placement proven valid on every rank, or replicated. That proof is
-exact and general, and costs 40-300 µs. For the groups models meet, the decision is a
+exact and general, and costs 70-400 µs. For the groups models meet, the decision is a
 comparison of two chunk sizes, and this module makes it, mesh dim by mesh dim in the same
 order, with plain ints:
 
 - an ``InputDim`` output moves its dim whole: every placement on it stays as it is;
-- a ``Shard`` of dim d in a ``Flatten`` (no earlier kept mesh dim shards d or a dim before
-  it in the group): :func:`flatten_keeps` on the local sizes every rank may have;
+- a ``Shard`` of dim d in a ``Flatten`` (the dims before d have one local size on every
+  rank, so the split factor is one number): :func:`flatten_keeps` on the local sizes every
+  rank may have;
 - a chain of ``Shard``\\ s of one dim split into pieces (each earlier one kept on the first
-  piece): :func:`split_keeps` on the first piece's local sizes.
+  piece): :func:`split_keeps` on the first piece's local sizes;
+- a lone ``Shard`` in a split of a flatten: either, on the piece where the sharded dim starts
+  (:func:`_split_of_flatten`).
 
 A kept mesh dim gets the placement the group's structure predicts, which is the fallback's
 first candidate; a mesh dim that cannot keep its shard on the rank at coordinate 0 of every
 mesh dim (whose input is never empty) has no valid placement at all, so it is replicated.
-Anything else (a ``_StridedShard`` outside an ``InputDim``, a split of a flatten, a rule that
-may be ``view_as_complex``'s, a decision that depends on ranks with empty shards, a
-malformed rule) returns None for the general engine, and so does every view a layout can
-express: those go through the layout search, whose choices differ.
+Anything else returns None for the general engine: a ``_StridedShard`` outside an
+``InputDim``, a split of a flatten that several mesh dims shard, a rule that may be
+``view_as_complex``'s, a decision that depends on ranks with empty shards, a malformed rule,
+and every view a layout can express (those go through the layout search, whose choices
+differ).
 
 ``tests/test_fast_uneven.py`` and the fast-path property tests check it against the fallback.
 """
