@@ -62,6 +62,7 @@ __all__ = [
     "replicated",
     "search_moves",
     "split_keeps",
+    "static_sizes",
 ]
 
 LOCAL = -1
@@ -375,6 +376,22 @@ def _one_shard_split(total: int, first: int, n: int) -> int:
     if first < 2 or total < 2:
         return -1
     return 1 if split_keeps(first, total // first, n) else 0
+
+
+def static_sizes(
+    placements: Sequence[Placement], shape: tuple[int, ...], mesh: tuple[int, ...]
+) -> bool:
+    """One placement per mesh dim, and every size an int >= 1 (what the int paths cover).
+    (:func:`fast_propagate` inlines the same checks: it is the hottest path.)"""
+    if len(placements) != len(mesh):
+        return False
+    for n in shape:
+        if type(n) is not int or n < 1:
+            return False
+    for n in mesh:
+        if type(n) is not int or n < 1:
+            return False
+    return True
 
 
 def _shard_dims(
@@ -722,14 +739,8 @@ def _leaf_pass(
     the general engine.
     """
     ndim = len(shape)
-    if len(placements) != len(mesh):
+    if not static_sizes(placements, shape, mesh):
         return -1
-    for n in shape:
-        if type(n) is not int or n < 1:
-            return -1
-    for n in mesh:
-        if type(n) is not int or n < 1:
-            return -1
     dims = _shard_dims(placements, ndim, mesh)
     if dims is None:
         return -1

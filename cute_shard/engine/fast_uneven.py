@@ -41,7 +41,7 @@ from torch.distributed.tensor.placement_types import (
 )
 
 from ..rules import Broadcast, DimSpec, Flatten, InputDim, NewDim, Singleton, Split
-from .fast import complex_pair_dim, flatten_keeps, placement, split_keeps
+from .fast import complex_pair_dim, flatten_keeps, placement, split_keeps, static_sizes
 
 __all__ = ["uneven_answer"]
 
@@ -121,14 +121,8 @@ def uneven_answer(
     """``(input target, output)`` as the uneven fallback gives them, or None (see the module
     docstring). With ``strict`` only an answer that moves nothing is given."""
     ndim = len(shape)
-    if len(placements) != len(mesh):
+    if not static_sizes(placements, shape, mesh) or 1 in mesh:
         return None
-    for n in shape:
-        if type(n) is not int or n < 1:
-            return None
-    for n in mesh:
-        if type(n) is not int or n < 2:
-            return None
     # Only where a layout cannot express the input: some step of DTensor's split (mesh dims
     # in order) does not divide the dim's local length.
     dims: list[int] = []  # the tensor dim of each mesh dim, -1 if it shards none
