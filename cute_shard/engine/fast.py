@@ -463,6 +463,14 @@ def _build(
     return sizes, tags
 
 
+def _all_shards(steps: list[tuple[int, int]]) -> bool:
+    """Whether every step is a plain ``Shard`` (split factor 1)."""
+    for _, sf in steps:
+        if sf != 1:
+            return False
+    return True
+
+
 def _cut(sizes: list[int], tags: list[int], outer: int) -> int:
     """Cut the local sub-modes so that those before the returned index hold exactly
     ``outer`` local elements (row-major); -1 if that needs a non-dividing cut."""
@@ -512,6 +520,18 @@ def _route(
                 return False
             seq_s += (n, shape[d] // n)
             seq_t += (m, LOCAL)
+        elif _all_shards(steps):  # Shards on several mesh dims: (n0, n1, ..., rest)
+            whole = 1
+            for m, _ in steps:
+                n = mesh[m]
+                whole *= n
+                seq_s.append(n)
+                seq_t.append(m)
+            if shape[d] % whole:
+                return False
+            if shape[d] != whole:
+                seq_s.append(shape[d] // whole)
+                seq_t.append(LOCAL)
         else:
             built = _build(shape[d], steps, mesh)
             if built is None:
