@@ -27,7 +27,7 @@ in the general engine.
 
 Where these flat lists give up (a mesh dim's gpu sub-mode in several pieces, as a ``Shard``
 after a ``_StridedShard`` of the same dim makes it) and for views that must move, the *leaf
-pass* (``_leaf_pass``) runs the general engine's first attempt step for step on int leaves
+pass* (``_LeafPass``) runs the general engine's first attempt step for step on int leaves
 ``(size, mesh dim or LOCAL, part)``: carve, coalesce, route innermost piece first, read back.
 It gives the failing mesh dims, or, when nothing fails, the output placements.
 
@@ -635,14 +635,20 @@ def search_moves(
     mesh: tuple[int, ...],
     complex_view: bool | None,
 ) -> tuple[tuple[Placement, ...], tuple[Placement, ...]] | None:
-    """:func:`fast_answer` for a view :func:`fast_propagate` did not answer."""
-    out = list(placements)
-    found = _leaf_pass(placements, shape, rule, mesh, complex_view, out)
-    if found <= 0:  # no communication (read by the leaf pass), or not covered
-        return (tuple(placements), tuple(out)) if found == 0 else None
-    # Once the pairs dim is replicated, an answer is valid for both readings of the rule.
-    cv = None if complex_view is not False and complex_pair_dim(rule, shape) is not None else False
-    direct = found & ~OPTIONAL
+    """:func:`fast_answer` for a view :func:`fast_propagate` did not answer.
+
+    Every step of the search is a leaf pass of the input with some mesh dims replicated.
+    Groups are independent, so a step re-routes only the groups those mesh dims shard
+    (:class:`_LeafPass` keeps the others' results)."""
+    view = _LeafPass.of(placements, shape, rule, mesh, complex_view)
+    if view is None:
+        return None
+    found = view.run(0)
+    if found is None:
+        return None
+    if not found[0]:  # no communication
+        return tuple(placements), view.output(placements, found[1])
+    direct = found[0] & ~OPTIONAL
     if direct:
         steps = [direct]
     else:
@@ -654,11 +660,7 @@ def search_moves(
         sharded.sort()
         steps = [1 << m for _, m in sharded]
     for moved in steps:
-        target = list(placements)
-        for m in range(len(target)):
-            if moved >> m & 1:
-                target[m] = _REPLICATE
-        answer = _try_target(target, shape, rule, mesh, cv)
+        answer = view.attempt(placements, moved)
         if answer is not False:
             return answer
     # The rest of the search, in the general engine's order (rarely reached).
@@ -684,30 +686,10 @@ def search_moves(
             moved |= 1 << m
         if moved in steps:
             continue
-        target = list(placements)
-        for m in subset:
-            target[m] = _REPLICATE
-        answer = _try_target(target, shape, rule, mesh, cv)
+        answer = view.attempt(placements, moved)
         if answer is not False:
             return answer
     return None
-
-
-def _try_target(
-    target: list[Placement],
-    shape: tuple[int, ...],
-    rule: tuple[DimSpec, ...],
-    mesh: tuple[int, ...],
-    cv: bool | None,
-) -> tuple[tuple[Placement, ...], tuple[Placement, ...]] | bool | None:
-    """One step of the search: the answer if the view of ``target`` needs no communication,
-    False if it does (the search goes on), None if only the general engine can tell. Most
-    steps fail, so the leaf pass runs alone: it tells both at once."""
-    read = list(target)
-    found = _leaf_pass(target, shape, rule, mesh, cv, read)
-    if found == 0:
-        return tuple(target), tuple(read)
-    return False if found > 0 else None
 
 
 _REPLICATE = Replicate()
@@ -728,56 +710,207 @@ def leaf_propagate(
     complex_view: bool | None,
 ) -> tuple[Placement, ...] | None:
     """The general engine's zero-communication output for this view, or None (something
-    fails, or :func:`_leaf_pass` does not cover the case). It answers the even views
+    fails, or :class:`_LeafPass` does not cover the case). It answers the even views
     :func:`fast_propagate` gives up on: a mesh dim whose gpu sub-mode falls in several
     pieces (a ``Shard`` after a ``_StridedShard`` of the same dim that cuts through it)."""
-    out = list(placements)
-    if _leaf_pass(placements, shape, rule, mesh, complex_view, out):
+    view = _LeafPass.of(placements, shape, rule, mesh, complex_view)
+    found = view.run(0) if view is not None else None
+    if found is None or found[0]:
         return None
-    return tuple(out)
+    return view.output(placements, found[1])  # type: ignore[union-attr]
 
 
-def _leaf_pass(
-    placements: Sequence[Placement],
-    shape: tuple[int, ...],
-    rule: tuple[DimSpec, ...],
-    mesh: tuple[int, ...],
-    complex_view: bool | None,
-    out: list[Placement] | None,
-) -> int:
-    """The general engine's first attempt with int leaves: what fails, as a bit mask (bit m
-    for a mesh dim that fails directly, :data:`OPTIONAL` if a group's local sub-modes are
-    cut), or -1 where this path does not cover the case. With ``out`` and a
-    mask of 0, ``out`` holds the output placements read back (``layout_to_placements``).
+# A group of the rule for the leaf pass: (input dims, output dim(s), split pieces or None,
+# verbatim). An InputDim is verbatim (its placements carry over unchanged); a Flatten has one
+# output dim and no pieces; the Splits of one source have one output dim per piece.
+_Group = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...] | None, bool]
+
+
+class _LeafPass:
+    """The general engine's first attempt with int leaves, for the input and for the same
+    input with some mesh dims replicated (the steps of the search).
 
     It follows the general engine step by step, with int tuples for leaves: the layout
     (``carve``, ``coalesce_leaves``), the routing of each group (``_take``, innermost piece
-    first; a group stops at its first problem), and the read-back. Covered: static sizes
-    >= 1, no sharded size-1 mesh dim, a layout that exists, no ``Repeat``, and the ``Split``s
-    of a source next to each other in the rule (as every builder makes them). A rule that
-    may be ``view_as_complex``'s fails the mesh dims sharding its (real, imag) pairs, as in
-    the general engine.
-    """
+    first; a group stops at its first problem), and the read-back. What fails is a bit mask:
+    bit m for a mesh dim that fails directly, :data:`OPTIONAL` if a group's local sub-modes
+    are cut. Covered: static sizes >= 1, no sharded size-1 mesh dim, a layout that exists, no
+    ``Repeat``, and the ``Split``s of a source next to each other in the rule (as every
+    builder makes them). A rule that may be ``view_as_complex``'s fails the mesh dims
+    sharding its (real, imag) pairs, as in the general engine.
+
+    The rule is parsed into groups once. A group's outcome depends only on the placements of
+    its own input dims, so each is kept per set of its mesh dims replicated."""
+
+    __slots__ = ("dims", "groups", "masks", "mesh", "pairs", "seen", "shape", "stray")
+
+    def __init__(
+        self,
+        dims: dict[int, list[tuple[int, int]]],
+        groups: list[_Group],
+        shape: tuple[int, ...],
+        mesh: tuple[int, ...],
+        pairs: int,
+    ) -> None:
+        self.dims = dims
+        self.groups = groups
+        self.shape = shape
+        self.mesh = mesh
+        self.pairs = pairs  # the mesh dims sharding view_as_complex's (real, imag) pairs
+        grouped = 0
+        self.masks = []  # per group: the mesh dims sharding its input dims
+        for src, _, _, _ in groups:
+            mask = 0
+            for d in src:
+                grouped |= 1 << d
+                for m, _ in dims.get(d, ()):
+                    mask |= 1 << m
+            self.masks.append(mask)
+        stray = 0  # mesh dims sharding an input dim no group holds (the pass gives up)
+        for d, steps in dims.items():
+            if not grouped >> d & 1:
+                for m, _ in steps:
+                    stray |= 1 << m
+        self.stray = stray
+        self.seen: dict[tuple[int, int], tuple[int, list[tuple[int, Placement]]] | None] = {}
+
+    @classmethod
+    def of(
+        cls,
+        placements: Sequence[Placement],
+        shape: tuple[int, ...],
+        rule: tuple[DimSpec, ...],
+        mesh: tuple[int, ...],
+        complex_view: bool | None,
+    ) -> _LeafPass | None:
+        """The pass for this view, or None where it does not cover the case."""
+        if not static_sizes(placements, shape, mesh):
+            return None
+        dims = _shard_dims(placements, len(shape), mesh)
+        if dims is None:
+            return None
+        groups = _leaf_groups(shape, rule)
+        if groups is None:
+            return None
+        pairs = 0
+        if complex_view is not False and complex_pair_dim(rule, shape) is not None:
+            for m, _ in dims.get(len(shape) - 1, ()):
+                pairs |= 1 << m
+        return cls(dims, groups, shape, mesh, pairs)
+
+    def run(self, moved: int) -> tuple[int, list[tuple[int, Placement]]] | None:
+        """The pass with the mesh dims in ``moved`` replicated: (what fails, the output
+        placements read back as (mesh dim, placement) when nothing fails), or None where the
+        pass does not cover it."""
+        if self.stray & ~moved:
+            return None
+        failed = self.pairs & ~moved
+        writes: list[tuple[int, Placement]] = []
+        covered = True
+        for k, mask in enumerate(self.masks):
+            if not mask & ~moved:  # no sharding left in the group: nothing to route
+                continue
+            key = (k, moved & mask)
+            found = self.seen.get(key, _UNSEEN)
+            if found is _UNSEEN:
+                found = self.seen[key] = self._route(self.groups[k], moved)
+            if found is None:
+                covered = False  # (every group still runs, as one pass over the rule would)
+                continue
+            failed |= found[0]
+            writes += found[1]
+        return (failed, writes) if covered else None
+
+    def attempt(
+        self, placements: Sequence[Placement], moved: int
+    ) -> tuple[tuple[Placement, ...], tuple[Placement, ...]] | bool | None:
+        """One step of the search: the answer if the view with the mesh dims in ``moved``
+        replicated needs no communication, False if it does (the search goes on), None if
+        only the general engine can tell."""
+        found = self.run(moved)
+        if found is None:
+            return None
+        if found[0]:
+            return False
+        target = replicated(placements, moved)
+        return target, self.output(target, found[1])
+
+    @staticmethod
+    def output(
+        placements: Sequence[Placement], writes: list[tuple[int, Placement]]
+    ) -> tuple[Placement, ...]:
+        out = list(placements)
+        for m, p in writes:
+            out[m] = p
+        return tuple(out)
+
+    def _route(self, group: _Group, moved: int) -> tuple[int, list[tuple[int, Placement]]] | None:
+        """One group routed with the mesh dims in ``moved`` replicated: (what fails, what it
+        reads back when nothing fails), or None where the pass does not cover it."""
+        src, targets, pieces, verbatim = group
+        shape = self.shape
+        leaves: dict[int, list[_Leaf]] = {}
+        kept: list[tuple[int, int]] = []
+        for d in src:
+            kept = [step for step in self.dims.get(d, ()) if not moved >> step[0] & 1]
+            if kept:
+                dim = _leaves(shape[d], kept, self.mesh)
+                if dim is None:
+                    return None
+                leaves[d] = dim
+        out: list[Placement | None] = [None] * len(self.mesh)
+        if pieces is None:
+            group = _group(shape, leaves, src)
+            failed = _unreadable(group)
+            if not failed:
+                if verbatim:  # the local op moves the dim whole: placements verbatim
+                    for m, sf in kept:
+                        out[m] = placement(targets[0], sf)
+                else:
+                    _read_leaves(group, targets[0], out)  # type: ignore[arg-type]
+        else:
+            taken: list[list[_Leaf]] = []
+            failed = _take_pieces(_group(shape, leaves, src), pieces, taken)
+            if not failed:
+                last = len(pieces) - 1
+                for k, piece in enumerate(taken):  # innermost piece first
+                    _read_leaves(piece, targets[last - k], out)  # type: ignore[arg-type]
+        if failed:
+            return failed, []
+        return 0, [(m, p) for m, p in enumerate(out) if p is not None]
+
+
+_UNSEEN: object = object()
+
+
+def _leaves(length: int, steps: list[tuple[int, int]], mesh: tuple[int, ...]) -> list[_Leaf] | None:
+    """The leaves of a dim of ``length`` sharded by ``steps``, fastest first, or None if a
+    cut does not divide."""
+    if _all_shards(steps):  # (rest, LOCAL), then the mesh dims, last first
+        whole = 1
+        for m, _ in steps:
+            whole *= mesh[m]
+        if length % whole:
+            return None
+        dim: list[_Leaf] = [(length // whole, LOCAL, 0)] if length != whole else []
+        for j in range(len(steps) - 1, -1, -1):
+            m = steps[j][0]
+            dim.append((mesh[m], m, 0))
+        return dim
+    dim = [(length, LOCAL, 0)] if length != 1 else []
+    for m, sf in steps:
+        carved = _carve(dim, m, mesh[m], sf)
+        if carved is None:
+            return None
+        dim = carved
+    return dim
+
+
+def _leaf_groups(shape: tuple[int, ...], rule: tuple[DimSpec, ...]) -> list[_Group] | None:
+    """The rule's groups (see :data:`_Group`), or None to leave the rule to the general
+    engine (a bad rule, a source split twice, view_as_real, ``Repeat``)."""
     ndim = len(shape)
-    if not static_sizes(placements, shape, mesh):
-        return -1
-    dims = _shard_dims(placements, ndim, mesh)
-    if dims is None:
-        return -1
-    failed = 0
-    if complex_view is not False and complex_pair_dim(rule, shape) is not None:
-        # It may be view_as_complex: a mesh dim sharding the (real, imag) pairs fails.
-        for m, _ in dims.get(ndim - 1, ()):
-            failed |= 1 << m
-    leaves: dict[int, list[_Leaf]] = {}
-    for d, steps in dims.items():
-        dim: list[_Leaf] = [(shape[d], LOCAL, 0)] if shape[d] != 1 else []
-        for m, sf in steps:
-            carved = _carve(dim, m, mesh[m], sf)
-            if carved is None:
-                return -1
-            dim = carved
-        leaves[d] = dim
+    groups: list[_Group] = []
     used = 0
     source: DimSpec | None = None  # the Split group being collected
     ids: list[tuple[int, int]] = []
@@ -786,25 +919,16 @@ def _leaf_pass(
         if cls is Singleton or cls is NewDim:
             continue
         if source is not None and (cls is not Split or spec.input_dim != source):  # type: ignore[attr-defined]
-            used = _fail_split(shape, rule, source, ids, used, leaves, out)
+            used = _split_source(shape, rule, source, ids, used, groups)
             if used < 0:
-                return -1
-            failed |= used >> ndim
-            used &= (1 << ndim) - 1
+                return None
             source = None
         if cls is InputDim or cls is Flatten:
             src = (spec.input_dim,) if cls is InputDim else _flat_dims(spec)  # type: ignore[attr-defined]
             used = _use(src, used, ndim)
             if used < 0:
-                return -1
-            group = _group(shape, leaves, src)
-            failed |= _unreadable(group)
-            if out is not None and not failed:
-                if cls is InputDim:  # the local op moves the dim whole: placements verbatim
-                    for m, sf in dims.get(src[0], ()):
-                        out[m] = placement(o, sf)
-                else:
-                    _read_leaves(group, o, out)
+                return None
+            groups.append((src, (o,), None, cls is InputDim))
         elif cls is Split:
             if source is None:
                 source = spec.input_dim  # type: ignore[attr-defined]
@@ -815,45 +939,39 @@ def _leaf_pass(
             if type(inner) is InputDim:
                 d = inner.input_dim
                 if d >= ndim or shape[d] != 1 or used >> d & 1:
-                    return -1
+                    return None
                 used |= 1 << d
             elif type(inner) is not Singleton:
-                return -1
+                return None
         else:
-            return -1
+            return None
     if source is not None:
-        used = _fail_split(shape, rule, source, ids, used, leaves, out)
+        used = _split_source(shape, rule, source, ids, used, groups)
         if used < 0:
-            return -1
-        failed |= used >> ndim
-        used &= (1 << ndim) - 1
+            return None
     for d in range(ndim):
         if not used >> d & 1 and shape[d] != 1:
-            return -1
-    return failed
+            return None
+    return groups
 
 
-def _fail_split(
+def _split_source(
     shape: tuple[int, ...],
     rule: tuple[DimSpec, ...],
     source: DimSpec,
     ids: list[tuple[int, int]],
     used: int,
-    leaves: dict[int, list[_Leaf]],
-    out: list[Placement] | None,
+    groups: list[_Group],
 ) -> int:
-    """Route one source's consecutive ``Split``s for :func:`_leaf_pass`: ``used`` with the
-    group's failure mask shifted above the input dims' bits, or -1 to leave the case to the
-    general engine (a bad rule, a source split twice, view_as_real). With ``out`` and no
-    failure, the pieces' placements are read into ``out``."""
+    """Add one source's consecutive ``Split``s to ``groups``: ``used`` updated, or -1 to
+    leave the rule to the general engine (a bad rule, a source split twice, view_as_real)."""
     if type(source) is InputDim:
         src: tuple[int, ...] = (source.input_dim,)  # type: ignore[attr-defined]
     elif type(source) is Flatten:
         src = _flat_dims(source)
     else:
         return -1
-    ndim = len(shape)
-    used = _use(src, used, ndim)
+    used = _use(src, used, len(shape))
     if used < 0:
         return -1
     pieces: tuple[int, ...] = rule[ids[0][1]].group_shape  # type: ignore[attr-defined]
@@ -878,18 +996,8 @@ def _fail_split(
         whole *= q
     if whole != total:
         return -1  # view_as_real, or a rule that does not match
-    for d in src:
-        if d in leaves:
-            break
-    else:
-        return used  # no sharded dim: every piece is local
-    taken: list[list[_Leaf]] = []
-    failed = _take_pieces(_group(shape, leaves, src), pieces, taken)
-    if out is not None and not failed:
-        last = len(pieces) - 1
-        for k, piece in enumerate(taken):  # innermost piece first
-            _read_leaves(piece, targets[last - k], out)
-    return used | failed << ndim
+    groups.append((src, tuple(targets), pieces, False))
+    return used
 
 
 def _flat_dims(spec: DimSpec) -> tuple[int, ...]:
@@ -981,7 +1089,7 @@ def _group(
 def _take_pieces(leaves: list[_Leaf], pieces: Sequence[int], taken: list[list[_Leaf]]) -> int:
     """Route one split group innermost piece first, as ``compose._route_group``, into
     ``taken`` (innermost piece first), and check the pieces read back; what fails (a mask as
-    :func:`_leaf_pass` returns)."""
+    :meth:`_LeafPass.run` gives)."""
     rest = list(leaves)
     failed = 0
     for j in range(len(pieces) - 1, -1, -1):
