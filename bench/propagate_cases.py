@@ -4,9 +4,14 @@ A :class:`Case` is one call of a view propagator: a rule-builder op and its argu
 for cute_shard's and torch's builder), the global input shape, the mesh and the input
 placements. Worked example, a flatten on a 2-D mesh::
 
-    Case(op="flatten", args=(3, 0, 1), shape=(8, 16, 32), mesh=(2, 4),
+    Case(op="view", args=((8, 16, 32), (128, 32)), shape=(8, 16, 32), mesh=(2, 4),
          placements=(Shard(0), Shard(1)))
-    # cute_shard: rules.flatten(3, 0, 1)     torch: _view_ops.dim_flatten(3, 0, 1)
+    # cute_shard: rules.view_groups(...)     torch: _view_ops.view_groups(...)
+
+Each case builds the rule DTensor builds for the op. ``flatten``, ``unflatten`` and
+``movedim`` are CompositeImplicitAutograd: outside inference mode they reach DTensor as
+``aten.view`` (flatten, unflatten) or ``aten.permute`` (movedim), so their cases are views and
+permutes, and both sides build those rules (``view_groups``, the permute rule).
 
 Families (each on 1-D, 2-D and 3-D meshes): ``flatten``, ``unflatten``, ``reshape`` (a view
 regrouping the same factors: splits and flattens at once), ``permute`` (with ``transpose`` and
@@ -99,11 +104,6 @@ class SymCase:
 # Builders: (cute_shard's, torch's), called with Case.args
 
 
-def _torch_unflatten(shape: tuple[Size, ...], dim: int, sizes: tuple[Size, ...]) -> V.DimMap:
-    # unflatten reaches DTensor as aten.view, so torch's rule is view_groups of the new shape.
-    return V.view_groups(shape, (*shape[:dim], *sizes, *shape[dim + 1 :]))
-
-
 def _torch_permute(ndim: int, dims: tuple[int, ...]) -> V.DimMap:
     # The body of torch's dim_maps[torch.permute], which takes a tensor rather than ndim.
     return tuple(V.InputDim(i) for i in V.normalize_dims(dims, ndim))
@@ -111,11 +111,8 @@ def _torch_permute(ndim: int, dims: tuple[int, ...]) -> V.DimMap:
 
 BUILDERS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
     "view": (R.view_groups, V.view_groups),
-    "flatten": (R.flatten, V.dim_flatten),
-    "unflatten": (R.unflatten, _torch_unflatten),
     "permute": (R.permute, _torch_permute),
     "transpose": (R.transpose, V.dim_transpose),
-    "movedim": (R.movedim, V.dim_movedim),
     "squeeze": (R.squeeze, V.dim_squeeze),
     "unsqueeze": (R.unsqueeze, V.dim_unsqueeze),
     "expand": (R.expand, V.expand),
@@ -200,7 +197,8 @@ def _flatten(rng: random.Random, mesh: tuple[int, ...]) -> Case:
     start = rng.randrange(n - 1)
     end = rng.randrange(start + 1, n)
     pl = _placements(rng, shape, mesh, range(start, end + 1))
-    return Case("flatten", (n, start, end), shape, mesh, pl)
+    flat = (*shape[:start], math.prod(shape[start : end + 1]), *shape[end + 1 :])
+    return Case("view", (shape, flat), shape, mesh, pl)
 
 
 def _unflatten(rng: random.Random, mesh: tuple[int, ...]) -> Case:
@@ -209,7 +207,8 @@ def _unflatten(rng: random.Random, mesh: tuple[int, ...]) -> Case:
     sizes = tuple(rng.choice(FACTORS) for _ in range(rng.randint(2, 3)))
     shape[d] = math.prod(sizes)
     pl = _placements(rng, shape, mesh, (d,))
-    return Case("unflatten", (tuple(shape), d, sizes), tuple(shape), mesh, pl)
+    to = (*shape[:d], *sizes, *shape[d + 1 :])
+    return Case("view", (tuple(shape), to), tuple(shape), mesh, pl)
 
 
 def _reshape(rng: random.Random, mesh: tuple[int, ...]) -> Case:
@@ -237,8 +236,17 @@ def _permute(rng: random.Random, mesh: tuple[int, ...]) -> Case:
         return Case("transpose", (n, rng.randrange(n), rng.randrange(n)), shape, mesh, pl)
     k = rng.randint(1, n - 1)
     src, dst = rng.sample(range(n), k), rng.sample(range(n), k)
-    args = (n, src[0], dst[0]) if k == 1 else (n, tuple(src), tuple(dst))
-    return Case("movedim", args, shape, mesh, pl)
+    return Case("permute", (n, _moved(n, src, dst)), shape, mesh, pl)
+
+
+def _moved(n: int, src: Sequence[int], dst: Sequence[int]) -> tuple[int, ...]:
+    """The permutation ``movedim(src, dst)`` makes of n dims: input dim ``src[i]`` lands at
+    ``dst[i]``, the other dims fill the other places in order."""
+    order: list[int | None] = [None] * n
+    for s, d in zip(src, dst, strict=True):
+        order[d] = s
+    rest = iter(d for d in range(n) if d not in src)
+    return tuple(next(rest) if d is None else d for d in order)
 
 
 def _squeeze(rng: random.Random, mesh: tuple[int, ...]) -> Case:
