@@ -117,6 +117,7 @@ def fast_propagate(
         return None
     if (
         complex_view is not False
+        and shape[-1] == 2
         and (ndim - 1) in dims
         and complex_pair_dim(rule, shape) is not None
     ):
@@ -142,7 +143,7 @@ def fast_propagate(
             for m, sf in dims.get(d, ()):
                 out[m] = placement(o, sf)
         elif cls is Flatten:
-            src = tuple([x.input_dim for x in spec.input_dims])  # type: ignore[attr-defined]
+            src = spec.dims  # type: ignore[attr-defined]
             used = _use(src, used, ndim)
             if used < 0:
                 return None
@@ -274,7 +275,7 @@ def _split_group(
     if type(source) is InputDim:
         src: tuple[int, ...] = (source.input_dim,)  # type: ignore[attr-defined]
     elif type(source) is Flatten:
-        src = tuple([x.input_dim for x in source.input_dims])  # type: ignore[attr-defined]
+        src = source.dims  # type: ignore[attr-defined]
     else:
         return -1
     used = _use(src, used, len(shape))
@@ -924,7 +925,7 @@ def _leaf_groups(shape: tuple[int, ...], rule: tuple[DimSpec, ...]) -> list[_Gro
                 return None
             source = None
         if cls is InputDim or cls is Flatten:
-            src = (spec.input_dim,) if cls is InputDim else _flat_dims(spec)  # type: ignore[attr-defined]
+            src = (spec.input_dim,) if cls is InputDim else spec.dims  # type: ignore[attr-defined]
             used = _use(src, used, ndim)
             if used < 0:
                 return None
@@ -968,7 +969,7 @@ def _split_source(
     if type(source) is InputDim:
         src: tuple[int, ...] = (source.input_dim,)  # type: ignore[attr-defined]
     elif type(source) is Flatten:
-        src = _flat_dims(source)
+        src = source.dims  # type: ignore[attr-defined]
     else:
         return -1
     used = _use(src, used, len(shape))
@@ -998,10 +999,6 @@ def _split_source(
         return -1  # view_as_real, or a rule that does not match
     groups.append((src, tuple(targets), pieces, False))
     return used
-
-
-def _flat_dims(spec: DimSpec) -> tuple[int, ...]:
-    return tuple([x.input_dim for x in spec.input_dims])  # type: ignore[attr-defined]
 
 
 def _carve(leaves: list[_Leaf], m: int, n: int, sf: int) -> list[_Leaf] | None:

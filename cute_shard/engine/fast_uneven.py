@@ -163,7 +163,7 @@ def uneven_answer(
             src: tuple[int, ...] = (spec.input_dim,)  # type: ignore[attr-defined]
             k = _INPUT
         elif cls is Flatten:
-            src = tuple([x.input_dim for x in spec.input_dims])  # type: ignore[attr-defined]
+            src = spec.dims  # type: ignore[attr-defined]
             flats[o] = src
             k = _FLAT
         elif cls is Split:
@@ -172,7 +172,7 @@ def uneven_answer(
             if type(source) is InputDim:
                 src = (source.input_dim,)
             elif type(source) is Flatten:
-                src = tuple([x.input_dim for x in source.input_dims])
+                src = source.dims
             else:
                 return None
             d = src[0]

@@ -56,7 +56,7 @@ Worked example -- ``x.view(6, 4, 2)`` for ``x`` of shape ``(2, 3, 8)``::
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeAlias
 
 from ._sym import Size, decide_eq, is_symint
@@ -224,9 +224,13 @@ class Repeat(DimSpec):
 
 @dataclass(frozen=True, slots=True, repr=False)
 class Flatten(DimSpec):
-    """The output dim merges ``input_dims`` (increasing InputDims) row-major."""
+    """The output dim merges ``input_dims`` (increasing InputDims) row-major.
+
+    ``dims`` holds their indices (``(0, 1)`` for ``flat(d0,d1)``), computed once for the
+    propagation paths that read them on every call."""
 
     input_dims: tuple[InputDim, ...]
+    dims: tuple[int, ...] = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         dims = self.input_dims
@@ -252,6 +256,7 @@ class Flatten(DimSpec):
                     f"({', '.join(map(str, dims))}); fix: flatten input dims in order"
                 )
             prev = d.input_dim
+        object.__setattr__(self, "dims", tuple([d.input_dim for d in dims]))
 
     @classmethod
     def new(cls, dims: Iterable[DimSpec]) -> DimSpec:
@@ -365,6 +370,7 @@ def _flatten_raw(input_dims: tuple[InputDim, ...]) -> Flatten:
     """Build a Flatten without validation, for builders whose loop guarantees it."""
     f = _new(Flatten)
     _set(f, "input_dims", input_dims)
+    _set(f, "dims", tuple([d.input_dim for d in input_dims]))
     return f
 
 
