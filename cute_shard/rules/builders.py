@@ -308,6 +308,8 @@ def _view_groups_int(from_shape: tuple[int, ...], to_shape: tuple[int, ...]) -> 
         src: DimSpec
         if fi - f0 == 1:
             src = (dtab[f0] if f0 < 64 else InputDim(f0)) if from_shape[f0] != 0 else SINGLETON
+        elif f0 + 1 < fi <= 64 and 0 not in from_shape[f0:fi]:
+            src = _flatten_raw(dtab[f0:fi], tuple(range(f0, fi)))
         else:
             # Size-0 input dims are left out of the flatten, as torch does.
             dims = [dtab[i] if i < 64 else InputDim(i) for i in range(f0, fi) if from_shape[i] != 0]
@@ -492,6 +494,16 @@ def view_groups(from_shape: ShapeArg, to_shape: ShapeArg) -> Rule:
     >>> format_rule(view_groups((8, 16, 32), (128, 32)))
     '(flat(d0,d1), d2)'
     """
+    if type(from_shape) is tuple and type(to_shape) is tuple:  # the common case, checked inline
+        for s in from_shape:
+            if type(s) is not int or s < 0:
+                break
+        else:
+            for s in to_shape:
+                if type(s) is not int or (s < 0 and s != -1):
+                    break
+            else:
+                return _view_groups_int(from_shape, to_shape)
     fs, f_int = _sizes(from_shape, "view_groups", "from_shape")
     ts, t_int = _sizes(to_shape, "view_groups", "to_shape", allow_minus_one=True)
     if f_int and t_int:
@@ -551,7 +563,7 @@ def flatten(ndim: int, start_dim: int = 0, end_dim: int = -1) -> Rule:
                     return _INPUT_DIMS[:ndim]
                 return (
                     *_INPUT_DIMS[:a],
-                    _flatten_raw(_INPUT_DIMS[a : b + 1]),
+                    _flatten_raw(_INPUT_DIMS[a : b + 1], tuple(range(a, b + 1))),
                     *_INPUT_DIMS[b + 1 : ndim],
                 )
     op = "flatten"

@@ -366,11 +366,12 @@ def _split_raw(input_dim: DimSpec, group_shape: tuple[Size, ...], split_id: int)
     return s
 
 
-def _flatten_raw(input_dims: tuple[InputDim, ...]) -> Flatten:
-    """Build a Flatten without validation, for builders whose loop guarantees it."""
+def _flatten_raw(input_dims: tuple[InputDim, ...], dims: tuple[int, ...] | None = None) -> Flatten:
+    """Build a Flatten without validation, for builders whose loop guarantees it (``dims``:
+    the indices of ``input_dims``, if the builder has them at hand)."""
     f = _new(Flatten)
     _set(f, "input_dims", input_dims)
-    _set(f, "dims", tuple([d.input_dim for d in input_dims]))
+    _set(f, "dims", tuple([d.input_dim for d in input_dims]) if dims is None else dims)
     return f
 
 
