@@ -178,6 +178,21 @@ def fast_propagate(
                         break
                     outer *= shape[d]
                 out[m] = placement(o, outer)
+            elif hit >= 0 and _all_shards(dims[hit]):
+                # Shards of one dim on several mesh dims: sub-modes (dims before it, n0, n1,
+                # ..., the rest); each reads the dims before it as its split factor.
+                whole = 1
+                for m, _ in dims[hit]:
+                    whole *= mesh[m]
+                if shape[hit] % whole:
+                    return None
+                outer = 1
+                for d in src:
+                    if d == hit:
+                        break
+                    outer *= shape[d]
+                for m, _ in dims[hit]:
+                    out[m] = placement(o, outer)
             elif not _route(shape, src, None, (o,), dims, mesh, out):
                 return None
         elif cls is Split:
@@ -322,6 +337,16 @@ def _split_group(
                     return used
             out[m] = placement(targets[0], 1)
             return used
+        if _all_shards(steps):
+            # Shards on several mesh dims: sub-modes (n0, n1, ..., rest). When the first
+            # piece holds them all, each is that piece's Shard.
+            whole = 1
+            for m, _ in steps:
+                whole *= mesh[m]
+            if pieces[0] % whole == 0:
+                for m, _ in steps:
+                    out[m] = placement(targets[0], 1)
+                return used
     return used if _route(shape, src, pieces, targets, dims, mesh, out) else -1
 
 
