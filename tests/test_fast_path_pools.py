@@ -86,3 +86,44 @@ def test_leaf_pass_reads_gpu_sub_modes_in_several_pieces(
     assert cute_shard.propagate_shape_and_sharding(
         placements, shape, parsed, mesh, strict_view=True
     ) == (placements, want)
+
+
+@pytest.mark.parametrize(
+    ("shape", "to", "mesh", "placements", "want"),
+    [
+        # Shards of dim 1 on all three mesh dims, flattened with dim 0 before it: each reads
+        # dim 0 (size 4) as its split factor.
+        ((4, 16, 3), (64, 3), (2, 2, 2), (Shard(1),) * 3, (_StridedShard(0, split_factor=4),) * 3),
+        # The same chain of dim 0, unflattened to (8, 2, 3): the first piece holds all eight
+        # ranks, so each mesh dim shards that piece.
+        ((48, 5), (8, 2, 3, 5), (2, 2, 2), (Shard(0),) * 3, (Shard(0),) * 3),
+        # A chain on mesh dims 0 and 2 with a Shard of another dim between them.
+        (
+            (12, 8, 2),
+            (12, 16),
+            (2, 3, 2),
+            (Shard(1), Shard(0), Shard(1)),
+            (Shard(1), Shard(0), Shard(1)),
+        ),
+        # The first piece (4) holds two of the three mesh dims; the third shards the second.
+        ((32,), (4, 8), (2, 2, 2), (Shard(0),) * 3, (Shard(0), Shard(0), Shard(1))),
+        # The first piece (3) cannot hold even one: the general paths decide what moves.
+        ((24,), (3, 8), (2, 2, 2), (Shard(0),) * 3, None),
+    ],
+)
+def test_shard_chains_of_one_dim_are_read_directly(
+    shape: tuple[int, ...], to: tuple[int, ...], mesh: tuple[int, ...], placements: tuple, want
+) -> None:
+    from cute_shard import oracle
+    from cute_shard.rules import view_groups
+
+    rule = view_groups(shape, to)
+    got = fast_propagate(placements, shape, rule, mesh, None)
+    assert got == want
+    if want is None:
+        return
+    assert _general(placements, shape, rule, mesh, None) == (placements, want)
+    verdict = oracle.check_view(
+        shape, placements, want, mesh, lambda g: g.reshape(to), lambda t, s: t.reshape(s)
+    )
+    assert verdict.ok
