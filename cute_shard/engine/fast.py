@@ -178,12 +178,9 @@ def fast_propagate(
                         break
                     outer *= shape[d]
                 out[m] = placement(o, outer)
-            elif hit >= 0 and _all_shards(dims[hit]):
+            elif hit >= 0 and (whole := _chain(dims[hit], mesh)):
                 # Shards of one dim on several mesh dims: sub-modes (dims before it, n0, n1,
                 # ..., the rest); each reads the dims before it as its split factor.
-                whole = 1
-                for m, _ in dims[hit]:
-                    whole *= mesh[m]
                 if shape[hit] % whole:
                     return None
                 outer = 1
@@ -337,16 +334,13 @@ def _split_group(
                     return used
             out[m] = placement(targets[0], 1)
             return used
-        if _all_shards(steps):
+        whole = _chain(steps, mesh)
+        if whole and pieces[0] % whole == 0:
             # Shards on several mesh dims: sub-modes (n0, n1, ..., rest). When the first
             # piece holds them all, each is that piece's Shard.
-            whole = 1
             for m, _ in steps:
-                whole *= mesh[m]
-            if pieces[0] % whole == 0:
-                for m, _ in steps:
-                    out[m] = placement(targets[0], 1)
-                return used
+                out[m] = placement(targets[0], 1)
+            return used
     return used if _route(shape, src, pieces, targets, dims, mesh, out) else -1
 
 
@@ -489,12 +483,15 @@ def _build(
     return sizes, tags
 
 
-def _all_shards(steps: list[tuple[int, int]]) -> bool:
-    """Whether every step is a plain ``Shard`` (split factor 1)."""
-    for _, sf in steps:
+def _chain(steps: list[tuple[int, int]], mesh: tuple[int, ...]) -> int:
+    """How many ranks a chain of plain Shards of one dim splits it among (the product of
+    their mesh sizes); 0 if some step is a ``_StridedShard``."""
+    whole = 1
+    for m, sf in steps:
         if sf != 1:
-            return False
-    return True
+            return 0
+        whole *= mesh[m]
+    return whole
 
 
 def _cut(sizes: list[int], tags: list[int], outer: int) -> int:
@@ -546,12 +543,9 @@ def _route(
                 return False
             seq_s += (n, shape[d] // n)
             seq_t += (m, LOCAL)
-        elif _all_shards(steps):  # Shards on several mesh dims: (n0, n1, ..., rest)
-            whole = 1
+        elif whole := _chain(steps, mesh):  # Shards on several mesh dims: (n0, n1, ..., rest)
             for m, _ in steps:
-                n = mesh[m]
-                whole *= n
-                seq_s.append(n)
+                seq_s.append(mesh[m])
                 seq_t.append(m)
             if shape[d] % whole:
                 return False
@@ -912,10 +906,8 @@ _UNSEEN: object = object()
 def _leaves(length: int, steps: list[tuple[int, int]], mesh: tuple[int, ...]) -> list[_Leaf] | None:
     """The leaves of a dim of ``length`` sharded by ``steps``, fastest first, or None if a
     cut does not divide."""
-    if _all_shards(steps):  # (rest, LOCAL), then the mesh dims, last first
-        whole = 1
-        for m, _ in steps:
-            whole *= mesh[m]
+    whole = _chain(steps, mesh)
+    if whole:  # (rest, LOCAL), then the mesh dims, last first
         if length % whole:
             return None
         dim: list[_Leaf] = [(length // whole, LOCAL, 0)] if length != whole else []
