@@ -156,39 +156,31 @@ def fast_propagate(
                     hit = d
             if hit == -1:  # only a group holding a sharded dim needs routing
                 continue
-            if hit >= 0 and len(dims[hit]) == 1 and dims[hit][0][1] == 1:
-                # One Shard: sub-modes (dims before it, n, the rest), so its split factor
-                # is the size of the dims before it.
-                m = dims[hit][0][0]
-                if shape[hit] % mesh[m]:  # uneven
-                    if moved is None or (
-                        complex_view is not False and complex_pair_dim(rule, shape) is not None
+            if hit >= 0 and (whole := _chain(dims[hit], mesh)):
+                # Shards of one dim on one or more mesh dims: sub-modes (dims before it, n0,
+                # n1, ..., the rest), so each reads the size of the dims before it as its
+                # split factor.
+                steps = dims[hit]
+                if shape[hit] % whole:  # uneven: only a lone Shard is decided here
+                    if (
+                        len(steps) != 1
+                        or moved is None
+                        or (complex_view is not False and complex_pair_dim(rule, shape) is not None)
                     ):  # (view_as_complex flattens pairs: another size, another answer)
                         return None
-                    keep = _one_shard_flatten(shape, src, hit, mesh[m])
+                    keep = _one_shard_flatten(shape, src, hit, whole)
                     if keep < 0:
                         return None
                     if not keep:
-                        moved[0] |= 1 << m
-                        out[m] = _REPLICATE
+                        moved[0] |= 1 << steps[0][0]
+                        out[steps[0][0]] = _REPLICATE
                         continue
                 outer = 1
                 for d in src:
                     if d == hit:
                         break
                     outer *= shape[d]
-                out[m] = placement(o, outer)
-            elif hit >= 0 and (whole := _chain(dims[hit], mesh)):
-                # Shards of one dim on several mesh dims: sub-modes (dims before it, n0, n1,
-                # ..., the rest); each reads the dims before it as its split factor.
-                if shape[hit] % whole:
-                    return None
-                outer = 1
-                for d in src:
-                    if d == hit:
-                        break
-                    outer *= shape[d]
-                for m, _ in dims[hit]:
+                for m, _ in steps:
                     out[m] = placement(o, outer)
             elif not _route(shape, src, None, (o,), dims, mesh, out):
                 return None
@@ -317,30 +309,25 @@ def _split_group(
         targets[split_id] = o
     if len(src) == 1:
         steps = dims[src[0]]
-        if len(steps) == 1 and steps[0][1] == 1:
-            # One Shard of one dim: sub-modes (n, rest). It stays whole iff the first piece
-            # holds it, and then it is that piece's Shard.
-            m = steps[0][0]
-            n = mesh[m]
-            if total % n or pieces[0] % n:
-                if moved is None:
-                    return -1
-                keep = _one_shard_split(total, pieces[0], n)
+        whole = _chain(steps, mesh)
+        if whole:
+            # Shards of one dim on one or more mesh dims: sub-modes (n0, n1, ..., rest).
+            # When the first piece holds them all, each is that piece's Shard.
+            if pieces[0] % whole == 0:
+                for m, _ in steps:
+                    out[m] = placement(targets[0], 1)
+                return used
+            if len(steps) == 1:  # a lone Shard can only be the first piece's
+                keep = -1 if moved is None else _one_shard_split(total, pieces[0], whole)
                 if keep < 0:
                     return -1
-                if not keep:
+                m = steps[0][0]
+                if keep:
+                    out[m] = placement(targets[0], 1)
+                else:
                     moved[0] |= 1 << m
                     out[m] = _REPLICATE
-                    return used
-            out[m] = placement(targets[0], 1)
-            return used
-        whole = _chain(steps, mesh)
-        if whole and pieces[0] % whole == 0:
-            # Shards on several mesh dims: sub-modes (n0, n1, ..., rest). When the first
-            # piece holds them all, each is that piece's Shard.
-            for m, _ in steps:
-                out[m] = placement(targets[0], 1)
-            return used
+                return used
     return used if _route(shape, src, pieces, targets, dims, mesh, out) else -1
 
 
