@@ -83,6 +83,32 @@ CASES: list[
         (Shard(1), Shard(0)),
         ((Shard(1), Shard(0)), (_StridedShard(0, split_factor=63), Shard(0))),
     ),
+    # A chain of Shards of one dim: once each rank holds one row of the first piece, the
+    # next Shard splits the next piece.
+    ((22,), (2, 11), (2, 2), (Shard(0), Shard(0)), ((Shard(0), Shard(0)), (Shard(0), Shard(1)))),
+    # ... and a piece a Shard cannot keep is not skipped by the Shards after it.
+    ((330,), (2, 5, 33), (2, 2, 2), (Shard(0),) * 3, ((Shard(0), R, R), (Shard(0), R, R))),
+    # A chain in a split of a flatten whose piece holds all of the dim: each Shard reads
+    # the dim's local sizes so far, as in a flatten (here 9 rows of d0 in the piece).
+    (
+        (99, 33),
+        (11, 297),
+        (2, 4, 2),
+        (Shard(1),) * 3,
+        ((Shard(1),) * 3, (_StridedShard(1, split_factor=9),) * 3),
+    ),
+    # Two dims of a split of a flatten, each read in its own piece: d0 in the first as a
+    # split (whole rows of 264), d1 in the second as a flatten (8 rows of d0 before it).
+    (
+        (2112, 17),
+        (264, 136),
+        (2, 2, 4),
+        (Shard(1), Shard(0), Shard(1)),
+        (
+            (Shard(1), Shard(0), Shard(1)),
+            (_StridedShard(1, split_factor=8), Shard(0), _StridedShard(1, split_factor=8)),
+        ),
+    ),
     # Partial and dims moved whole are carried.
     (
         (5, 7, 6),
@@ -118,9 +144,17 @@ def test_uneven_answer_equals_the_fallback_and_is_valid(shape, to, mesh, placeme
         ((6, 5), flatten(2), (2,), (_StridedShard(1, split_factor=2),)),
         # A rule view_as_complex may have, with the pairs dim sharded.
         ((3, 2), flatten(2), (4,), (Shard(0),)),
-        # The first piece holds one row per rank after the first Shard: the second may go
-        # to the next piece, which the fallback decides.
-        ((22,), view_groups((22,), (2, 11)), (2, 2), (Shard(0), Shard(0))),
+        # Two dims of a split of a flatten sharded, the later one's piece holding rows of
+        # the earlier one: the fallback decides.
+        (
+            (126, 63, 16),
+            view_groups((126, 63, 16), (2, 63504)),
+            (2, 4, 2),
+            (Shard(0), Shard(2), Shard(1)),
+        ),
+        # After the first Shard the first piece has 2 rows on some ranks, 1 on others: the
+        # second Shard keeps whole rows on the first kind only; the fallback decides.
+        ((21,), view_groups((21,), (7, 3)), (4, 2), (Shard(0), Shard(0))),
     ],
 )
 def test_uneven_answer_leaves_the_rest_to_the_general_engine(shape, rule, mesh, placements) -> None:  # type: ignore[no-untyped-def]

@@ -11,19 +11,22 @@ order, with plain ints:
 - a ``Shard`` of dim d in a ``Flatten`` (the dims before d have one local size on every
   rank, so the split factor is one number): :func:`flatten_keeps` on the local sizes every
   rank may have;
-- a chain of ``Shard``\\ s of one dim split into pieces (each earlier one kept on the first
-  piece): :func:`split_keeps` on the first piece's local sizes;
-- a lone ``Shard`` in a split of a flatten: either, on the piece where the sharded dim starts
-  (:func:`_split_of_flatten`).
+- a chain of ``Shard``\\ s of one dim split into pieces: :func:`split_keeps` on the local
+  sizes of the piece the chain has reached (the first; the next once every rank holds one
+  row of it);
+- ``Shard``\\ s in a split of a flatten: either of the above, on the piece where the sharded
+  dim starts (:func:`_piece_of`), for a chain of one dim, and for several dims as long as
+  each one's piece holds none of the digits the others shard (:func:`_window`), so that
+  each piece reads one dim alone.
 
-A kept mesh dim gets the placement the group's structure predicts, which is the fallback's
-first candidate; a mesh dim that cannot keep its shard on the rank at coordinate 0 of every
-mesh dim (whose input is never empty) has no valid placement at all, so it is replicated.
-Anything else returns None for the general engine: a ``_StridedShard`` outside an
-``InputDim``, a split of a flatten that several mesh dims shard, a rule that may be
-``view_as_complex``'s, a decision that depends on ranks with empty shards, a malformed rule,
-and every view a layout can express (those go through the layout search, whose choices
-differ).
+A kept mesh dim gets the placement the group's structure predicts, which is the first
+candidate the fallback proves; a mesh dim that cannot keep its shard on the rank at
+coordinate 0 of every mesh dim (whose input is never empty) has no valid placement at all,
+so it is replicated. Anything else returns None for the general engine: a ``_StridedShard``
+outside an ``InputDim``, a split of a flatten whose sharded dims share a piece, a rule that
+may be ``view_as_complex``'s, a decision that depends on ranks with other local sizes, a
+malformed rule, and every view a layout can express (those go through the layout search,
+whose choices differ).
 
 ``tests/test_fast_uneven.py`` and the fast-path property tests check it against the fallback.
 """
@@ -52,20 +55,19 @@ _INPUT, _FLAT, _SPLIT, _OTHER = 0, 1, 2, 3
 _MAX_SIZES = 64
 
 
-def _split_of_flatten(
-    shape: tuple[int, ...], src: tuple[int, ...], d: int, pieces: tuple[int, ...], n: int
-) -> tuple[int, int, bool] | None:
-    """A ``Shard`` over n ranks of dim d, the only sharding of the flatten of ``src`` split
-    into ``pieces``: ``(piece, split factor, kept)``, or None if not decided here.
+def _piece_of(
+    shape: tuple[int, ...], src: tuple[int, ...], d: int, pieces: tuple[int, ...]
+) -> tuple[int, int, bool, int] | None:
+    """Where dim d of the flatten of ``src`` lands when it is split into ``pieces``:
+    ``(piece, split factor, flatten-like, rows)``, or None if not decided here.
 
     The flat index is ``(A, s, inner)`` (the dims before d, d, the dims after), and the
     pieces cut it too. The piece j where d starts (pieces before it of size Pb, with
-    ``A = Pb * a``) is ``(a, w)``; if it holds all of d and ``inner / Ps`` more (Ps: the
-    pieces after it) the rows are read as in a flatten, if it holds the first ``w`` rows
-    of d (d = ``(w, q)``, the pieces after it ``q * inner``) as in a split. Either way the
-    placement is ``_StridedShard(j, a)`` and rank 0's chunk must be whole rows of it;
-    otherwise no placement gives rank 0 its prefix of d in every block, and the mesh dim
-    must move. Any other cut of d's rows is left to the fallback."""
+    ``A = Pb * a``) is ``(a, w)``. If it holds all of d and ``rows = inner / Ps`` more (Ps:
+    the pieces after it) it is *flatten-like*: its rows are read as in a flatten. If it holds
+    the first ``w`` rows of d (d = ``(w, rows)``, the pieces after it ``rows * inner``) it is
+    split-like: read as in a split. Either way a shard of d that stays is
+    ``_StridedShard(j, a)``. Any other cut of d's rows is left to the fallback."""
     s = shape[d]
     if s < 2:
         return None
@@ -94,10 +96,22 @@ def _split_of_flatten(
     w = p // a
     ps = size // (pb * p)
     if w % s == 0 and inner % ps == 0 and w == s * (inner // ps):
-        return j, a, flatten_keeps(s, inner // ps, n)
+        return j, a, True, inner // ps
     if w >= 2 and s % w == 0 and ps == (s // w) * inner:
-        return j, a, split_keeps(w, s // w, n)
+        return j, a, False, s // w
     return None
+
+
+def _window(shape: tuple[int, ...], src: tuple[int, ...], d: int, rows: int) -> tuple[int, int]:
+    """The digits of the flat index of ``src`` that a kept shard of dim d splits, as
+    ``[lo, hi)`` place values: all of d, or (split-like, d = ``(w, rows)``) its first ``w``
+    rows, as every rank holds whole rows."""
+    lo = 1
+    for e in reversed(src):
+        if e == d:
+            break
+        lo *= shape[e]
+    return lo * rows, lo * shape[d]
 
 
 def _chunks(sizes: set[int], n: int) -> set[int]:
@@ -222,8 +236,10 @@ def uneven_answer(
             return None
     # Mesh dims in order: keep or replicate.
     sizes: dict[int, set[int]] = {}  # local sizes of the dims kept mesh dims shard
-    first: dict[int, set[int]] = {}  # split groups: local sizes of the first piece
-    busy: set[int] = set()  # splits of a flatten a kept mesh dim shards
+    first: dict[int, set[int]] = {}  # split groups: local sizes of the piece a chain is at
+    at: dict[int, int] = {}  # splits of one dim: the piece its chain is at, if not the first
+    # Splits of a flatten: the dims kept mesh dims shard, with the digits they shard.
+    busy: dict[int, dict[int, tuple[int, int]]] = {}
     target = list(placements)
     out = list(placements)
     moved = False
@@ -276,29 +292,69 @@ def uneven_answer(
                 return None  # only ranks with other local sizes fail: the fallback decides
         elif k == _SPLIT and len(splits[where[d]][0]) > 1:  # a split of a flatten
             src, pieces, targets = splits[where[d]]
-            if where[d] in busy:
-                return None  # (a kept mesh dim already shards the group)
-            found = _split_of_flatten(shape, src, d, pieces, n)
+            found = _piece_of(shape, src, d, pieces)
             if found is None:
                 return None
-            j, sf, keep = found
-            if keep:
-                out[m] = placement(targets[j], sf)
-                busy.add(where[d])
-                continue
+            j, sf, flat, rows = found
+            # Other dims of the group that kept mesh dims shard must lie in other pieces
+            # than d's piece j (the rank's set is then a product, and j reads d alone).
+            kept = busy.setdefault(where[d], {})
+            lo = 1
+            for q in pieces[j + 1 :]:
+                lo *= q
+            hi = lo * pieces[j]
+            for e, (e_lo, e_hi) in kept.items():
+                if e != d and e_hi > lo and e_lo < hi:
+                    return None
+            # A chain of Shards of d: each kept one reads d's local sizes so far, as in a
+            # flatten (flatten-like piece) or a split (split-like: its first rows).
+            if flat:
+                lengths = sizes.get(d, {shape[d]})
+                top = max(lengths)
+                if top < 2:
+                    return None
+                if all(flatten_keeps(s, rows, n) for s in lengths):
+                    out[m] = placement(targets[j], sf)
+                    sizes[d] = _chunks(lengths, n)
+                    kept[d] = _window(shape, src, d, 1)
+                    continue
+                if flatten_keeps(top, rows, n):
+                    return None
+            else:
+                lengths = first.get(d, {shape[d] // rows})
+                top = max(lengths)
+                if top < 2:
+                    return None
+                if all(split_keeps(f, rows, n) for f in lengths if f):
+                    out[m] = placement(targets[j], sf)
+                    lengths = _chunks(lengths, n)
+                    if len(lengths) > _MAX_SIZES:
+                        return None
+                    first[d] = lengths
+                    kept[d] = _window(shape, src, d, rows)
+                    continue
+                if split_keeps(top, rows, n):
+                    return None
         elif k == _SPLIT:
             _, pieces, targets = splits[where[d]]
-            rest = shape[d] // pieces[0]
+            i = at.get(d, 0)  # the piece the chain of Shards of d has reached
             lengths = first.get(d, {pieces[0]})
+            if lengths == {1} and i + 1 < len(pieces):  # each rank holds one row of it
+                i += 1
+                lengths = {pieces[i]}
+            rest = shape[d]
+            for q in pieces[: i + 1]:
+                rest //= q
             top = max(lengths)
             if top < 2 or shape[d] < 2:
                 return None
             if all(split_keeps(f, rest, n) for f in lengths if f):
-                out[m] = placement(targets[0], 1)
+                out[m] = placement(targets[i], 1)
                 lengths = _chunks(lengths, n)
                 if len(lengths) > _MAX_SIZES:
                     return None
                 first[d] = lengths
+                at[d] = i
                 continue
             if split_keeps(top, rest, n):
                 return None
