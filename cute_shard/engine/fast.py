@@ -88,6 +88,7 @@ def fast_propagate(
     mesh: tuple[int, ...],
     complex_view: bool | None,
     moved: list[int] | None = None,
+    parsed: list[dict[int, list[tuple[int, int]]]] | None = None,
 ) -> tuple[Placement, ...] | None:
     """The output placements of a zero-communication view with input ``placements``, or None
     when this path does not answer (see the module docstring).
@@ -96,7 +97,10 @@ def fast_propagate(
     of one dim whatever its evenness (see :func:`_one_shard_flatten` and
     :func:`_one_shard_split`): a mesh dim that must move is replicated in the output and its
     bit is set in ``moved[0]``; the input target is the input with those mesh dims
-    replicated."""
+    replicated.
+
+    With ``parsed`` (an empty list) the placements it parsed are appended, when it got that
+    far: :func:`_shard_dims` of static sizes, for the paths after it to reuse."""
     ndim = len(shape)
     if len(placements) != len(mesh):
         return None
@@ -115,6 +119,8 @@ def fast_propagate(
     dims = _shard_dims(placements, ndim, mesh)
     if dims is None:
         return None
+    if parsed is not None:
+        parsed.append(dims)
     if (
         complex_view is not False
         and shape[-1] == 2
@@ -641,13 +647,15 @@ def search_moves(
     rule: tuple[DimSpec, ...],
     mesh: tuple[int, ...],
     complex_view: bool | None,
+    dims: dict[int, list[tuple[int, int]]] | None = None,
 ) -> tuple[tuple[Placement, ...], tuple[Placement, ...]] | None:
-    """:func:`fast_answer` for a view :func:`fast_propagate` did not answer.
+    """:func:`fast_answer` for a view :func:`fast_propagate` did not answer (``dims``: the
+    placements it parsed, if any).
 
     Every step of the search is a leaf pass of the input with some mesh dims replicated.
     Groups are independent, so a step re-routes only the groups those mesh dims shard
     (:class:`_LeafPass` keeps the others' results)."""
-    view = _LeafPass.of(placements, shape, rule, mesh, complex_view)
+    view = _LeafPass.of(placements, shape, rule, mesh, complex_view, dims)
     if view is None:
         return None
     found = view.run(0)
@@ -715,12 +723,14 @@ def leaf_propagate(
     rule: tuple[DimSpec, ...],
     mesh: tuple[int, ...],
     complex_view: bool | None,
+    dims: dict[int, list[tuple[int, int]]] | None = None,
 ) -> tuple[Placement, ...] | None:
     """The general engine's zero-communication output for this view, or None (something
     fails, or :class:`_LeafPass` does not cover the case). It answers the even views
     :func:`fast_propagate` gives up on: a mesh dim whose gpu sub-mode falls in several
-    pieces (a ``Shard`` after a ``_StridedShard`` of the same dim that cuts through it)."""
-    view = _LeafPass.of(placements, shape, rule, mesh, complex_view)
+    pieces (a ``Shard`` after a ``_StridedShard`` of the same dim that cuts through it).
+    ``dims``: the placements :func:`fast_propagate` parsed, if any."""
+    view = _LeafPass.of(placements, shape, rule, mesh, complex_view, dims)
     found = view.run(0) if view is not None else None
     if found is None or found[0]:
         return None
@@ -789,13 +799,17 @@ class _LeafPass:
         rule: tuple[DimSpec, ...],
         mesh: tuple[int, ...],
         complex_view: bool | None,
+        dims: dict[int, list[tuple[int, int]]] | None = None,
     ) -> _LeafPass | None:
-        """The pass for this view, or None where it does not cover the case."""
-        if not static_sizes(placements, shape, mesh):
-            return None
-        dims = _shard_dims(placements, len(shape), mesh)
+        """The pass for this view, or None where it does not cover the case. ``dims``: the
+        placements as :func:`fast_propagate` parsed them, if it did (the sizes are then
+        static)."""
         if dims is None:
-            return None
+            if not static_sizes(placements, shape, mesh):
+                return None
+            dims = _shard_dims(placements, len(shape), mesh)
+            if dims is None:
+                return None
         groups = _leaf_groups(shape, rule)
         if groups is None:
             return None

@@ -131,10 +131,14 @@ def uneven_answer(
     mesh: tuple[int, ...],
     complex_view: bool | None,
     strict: bool = False,
+    parsed: dict[int, list[tuple[int, int]]] | None = None,
 ) -> tuple[tuple[Placement, ...], tuple[Placement, ...]] | None:
     """``(input target, output)`` as the uneven fallback gives them, or None (see the module
-    docstring). With ``strict`` only an answer that moves nothing is given."""
+    docstring). With ``strict`` only an answer that moves nothing is given. ``parsed``: the
+    placements as ``fast_propagate`` parsed them, if it did (the sizes are then static)."""
     ndim = len(shape)
+    if parsed is not None:
+        return _uneven_parsed(placements, shape, rule, mesh, complex_view, strict, parsed)
     if not static_sizes(placements, shape, mesh) or 1 in mesh:
         return None
     # Only where a layout cannot express the input: some step of DTensor's split (mesh dims
@@ -164,6 +168,48 @@ def uneven_answer(
             return None
     if not uneven:
         return None
+    return _keep_or_move(placements, shape, rule, mesh, complex_view, strict, dims)
+
+
+def _uneven_parsed(
+    placements: Sequence[Placement],
+    shape: tuple[int, ...],
+    rule: tuple[DimSpec, ...],
+    mesh: tuple[int, ...],
+    complex_view: bool | None,
+    strict: bool,
+    parsed: dict[int, list[tuple[int, int]]],
+) -> tuple[tuple[Placement, ...], tuple[Placement, ...]] | None:
+    """:func:`uneven_answer` from ``{tensor dim: [(mesh dim, split factor), ...]}``."""
+    if 1 in mesh:
+        return None
+    uneven = False
+    dims = [-1] * len(mesh)
+    for d, steps in parsed.items():
+        local = shape[d]
+        for m, sf in steps:
+            dims[m] = d
+            if local % (sf * mesh[m]):
+                uneven = True
+            else:
+                local //= mesh[m]
+    if not uneven:
+        return None
+    return _keep_or_move(placements, shape, rule, mesh, complex_view, strict, dims)
+
+
+def _keep_or_move(
+    placements: Sequence[Placement],
+    shape: tuple[int, ...],
+    rule: tuple[DimSpec, ...],
+    mesh: tuple[int, ...],
+    complex_view: bool | None,
+    strict: bool,
+    dims: list[int],
+) -> tuple[tuple[Placement, ...], tuple[Placement, ...]] | None:
+    """:func:`uneven_answer` for an uneven input, ``dims`` the tensor dim of each mesh dim
+    (-1 if it shards none)."""
+    ndim = len(shape)
     if complex_view is not False and complex_pair_dim(rule, shape) is not None:
         return None
     # The groups: kind, output dim(s) and sources of every input dim.

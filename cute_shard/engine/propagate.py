@@ -76,24 +76,27 @@ def propagate_shape_and_sharding(
     # own DimSpecs (it tests their exact types), so it runs before any conversion.
     # Outside strict views it also answers a lone Shard of a group that must move.
     moved = None if strict_view else [0]
-    fast = fast_propagate(placements, shape, given, mesh, complex_view, moved)
+    parsed: list[dict[int, list[tuple[int, int]]]] = []  # the placements, if the path parsed them
+    fast = fast_propagate(placements, shape, given, mesh, complex_view, moved, parsed)
     ours = given
     if fast is None:
         ours = _as_rule(given)
         if ours is not given:  # torch's DimSpecs, converted
             moved = None if strict_view else [0]
-            fast = fast_propagate(placements, shape, ours, mesh, complex_view, moved)
+            parsed = []
+            fast = fast_propagate(placements, shape, ours, mesh, complex_view, moved, parsed)
     if fast is not None:
         return replicated(placements, moved[0] if moved else 0), fast
-    answer = uneven_answer(placements, shape, ours, mesh, complex_view, strict_view)
+    dims = parsed[0] if parsed else None
+    answer = uneven_answer(placements, shape, ours, mesh, complex_view, strict_view, dims)
     if answer is not None:
         return answer
     if strict_view:  # (a strict view that must move raises, with the general engine's reasons)
-        fast = leaf_propagate(placements, shape, ours, mesh, complex_view)
+        fast = leaf_propagate(placements, shape, ours, mesh, complex_view, dims)
         if fast is not None:
             return tuple(placements), fast
     else:
-        answer = search_moves(placements, shape, ours, mesh, complex_view)
+        answer = search_moves(placements, shape, ours, mesh, complex_view, dims)
         if answer is not None:
             return answer
     norm = normalize_placements(placements, len(shape), mesh)
