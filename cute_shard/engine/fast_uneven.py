@@ -124,26 +124,17 @@ def _chunks(sizes: set[int], n: int) -> set[int]:
     return out
 
 
-def uneven_answer(
-    placements: Sequence[Placement],
-    shape: tuple[int, ...],
-    rule: tuple[DimSpec, ...],
-    mesh: tuple[int, ...],
-    complex_view: bool | None,
-    strict: bool = False,
-    parsed: dict[int, list[tuple[int, int]]] | None = None,
-) -> tuple[tuple[Placement, ...], tuple[Placement, ...]] | None:
-    """``(input target, output)`` as the uneven fallback gives them, or None (see the module
-    docstring). With ``strict`` only an answer that moves nothing is given. ``parsed``: the
-    placements as ``fast_propagate`` parsed them, if it did (the sizes are then static)."""
-    ndim = len(shape)
-    if parsed is not None:
-        return _uneven_parsed(placements, shape, rule, mesh, complex_view, strict, parsed)
+def _uneven_dims(
+    placements: Sequence[Placement], shape: tuple[int, ...], mesh: tuple[int, ...]
+) -> list[int] | None:
+    """The tensor dim of each mesh dim (-1 if it shards none), or None if this path does not
+    answer: sizes not static, a size-1 mesh dim, or no uneven step. Only where a layout
+    cannot express the input: some step of DTensor's split (mesh dims in order) does not
+    divide the dim's local length."""
     if not static_sizes(placements, shape, mesh) or 1 in mesh:
         return None
-    # Only where a layout cannot express the input: some step of DTensor's split (mesh dims
-    # in order) does not divide the dim's local length.
-    dims: list[int] = []  # the tensor dim of each mesh dim, -1 if it shards none
+    ndim = len(shape)
+    dims: list[int] = []
     local = list(shape)
     uneven = False
     for m, p in enumerate(placements):
@@ -166,21 +157,13 @@ def uneven_answer(
             dims.append(-1)
         else:
             return None
-    if not uneven:
-        return None
-    return _keep_or_move(placements, shape, rule, mesh, complex_view, strict, dims)
+    return dims if uneven else None
 
 
-def _uneven_parsed(
-    placements: Sequence[Placement],
-    shape: tuple[int, ...],
-    rule: tuple[DimSpec, ...],
-    mesh: tuple[int, ...],
-    complex_view: bool | None,
-    strict: bool,
-    parsed: dict[int, list[tuple[int, int]]],
-) -> tuple[tuple[Placement, ...], tuple[Placement, ...]] | None:
-    """:func:`uneven_answer` from ``{tensor dim: [(mesh dim, split factor), ...]}``."""
+def _parsed_dims(
+    shape: tuple[int, ...], mesh: tuple[int, ...], parsed: dict[int, list[tuple[int, int]]]
+) -> list[int] | None:
+    """:func:`_uneven_dims` from ``{tensor dim: [(mesh dim, split factor), ...]}``."""
     if 1 in mesh:
         return None
     uneven = False
@@ -193,22 +176,27 @@ def _uneven_parsed(
                 uneven = True
             else:
                 local //= mesh[m]
-    if not uneven:
-        return None
-    return _keep_or_move(placements, shape, rule, mesh, complex_view, strict, dims)
+    return dims if uneven else None
 
 
-def _keep_or_move(
+def uneven_answer(
     placements: Sequence[Placement],
     shape: tuple[int, ...],
     rule: tuple[DimSpec, ...],
     mesh: tuple[int, ...],
     complex_view: bool | None,
-    strict: bool,
-    dims: list[int],
+    strict: bool = False,
+    parsed: dict[int, list[tuple[int, int]]] | None = None,
 ) -> tuple[tuple[Placement, ...], tuple[Placement, ...]] | None:
-    """:func:`uneven_answer` for an uneven input, ``dims`` the tensor dim of each mesh dim
-    (-1 if it shards none)."""
+    """``(input target, output)`` as the uneven fallback gives them, or None (see the module
+    docstring). With ``strict`` only an answer that moves nothing is given. ``parsed``: the
+    placements as ``fast_propagate`` parsed them, if it did (the sizes are then static)."""
+    if parsed is not None:
+        dims = _parsed_dims(shape, mesh, parsed)
+    else:
+        dims = _uneven_dims(placements, shape, mesh)
+    if dims is None:
+        return None
     ndim = len(shape)
     if complex_view is not False and complex_pair_dim(rule, shape) is not None:
         return None
