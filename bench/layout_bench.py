@@ -52,10 +52,14 @@ def _runners(cases: list, warm: bool) -> dict[str, dict[str, Callable[[], int]]]
     ours_layouts = [cs.Layout(s, d) for s, d, _, _ in cases]
     py_layouts = [pycute.Layout(s, d) for s, d, _, _ in cases]
     # By-mode tilers: tile only `dim`, keep every other mode whole (tile = its size).
-    ours_tilers = [tuple(cs.Layout(t if k == dim else s[k], 1) for k in range(len(s)))
-                   for s, _, dim, t in cases]
-    py_tilers = [tuple(pycute.Layout(t if k == dim else s[k], 1) for k in range(len(s)))
-                 for s, _, dim, t in cases]
+    ours_tilers = [
+        tuple(cs.Layout(t if k == dim else s[k], 1) for k in range(len(s)))
+        for s, _, dim, t in cases
+    ]
+    py_tilers = [
+        tuple(pycute.Layout(t if k == dim else s[k], 1) for k in range(len(s)))
+        for s, _, dim, t in cases
+    ]
     # t consecutive coordinates along mode `dim` (colexicographic flat stride of that mode).
     ours_sub = [cs.Layout(t, math.prod(s[:dim])) for s, _, dim, t in cases]
     py_sub = [pycute.Layout(t, math.prod(s[:dim])) for s, _, dim, t in cases]
