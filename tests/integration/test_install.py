@@ -639,6 +639,47 @@ def test_view_stays_strict_where_reshape_redistributes(mesh24: DeviceMesh) -> No
     assert dt.reshape(48).shape == (48,)
 
 
+def test_without_may_copy_the_reshape_family_stays_a_strict_view(mesh24: DeviceMesh) -> None:
+    """install(reshape_may_copy=False) registers no kernel: outside inference mode a reshape
+    is the strict view torch makes of it, and one that needs communication raises ours."""
+    cute_shard.install(reshape_may_copy=False)
+    assert integration.is_installed()
+    assert not any(has_kernel(op) for op in MAY_COPY_OPS)
+    dt = dtensor((6, 8), mesh24, (Shard(1), Shard(0)))
+    for fn in (lambda t: t.reshape(48), lambda t: t.flatten()):
+        with pytest.raises(RuntimeError) as info:
+            fn(dt)
+        assert isinstance(info.value.__cause__, RedistributionRequired)
+    assert dt.reshape(6, 2, 4).placements == (Shard(1), Shard(0))  # free: nothing moves
+    with torch.inference_mode():  # aten.reshape's own (non-strict) strategy: mesh dim 1 moves
+        assert dt.reshape(48).placements == (_StridedShard(0, split_factor=6), Rep)
+
+
+def test_reshape_may_copy_switches_and_enabled_restores_it(mesh24: DeviceMesh) -> None:
+    p = propagator()
+    cute_shard.install()
+    ours = p.op_strategy_funcs[aten.view.default]
+    assert all(has_kernel(op) for op in MAY_COPY_OPS)
+    cute_shard.install(reshape_may_copy=False)
+    assert not any(has_kernel(op) for op in MAY_COPY_OPS)
+    assert p.op_strategy_funcs[aten.view.default] is ours  # only the kernels change
+    with cute_shard.enabled():
+        assert all(has_kernel(op) for op in MAY_COPY_OPS)
+        dt = dtensor((6, 8), mesh24, (Shard(1), Shard(0)))
+        assert dt.reshape(48).shape == (48,)
+    assert not any(has_kernel(op) for op in MAY_COPY_OPS)
+    cute_shard.install()
+    with cute_shard.enabled(reshape_may_copy=False):
+        assert not any(has_kernel(op) for op in MAY_COPY_OPS)
+    assert all(has_kernel(op) for op in MAY_COPY_OPS)
+    cute_shard.uninstall()
+    assert not any(has_kernel(op) for op in MAY_COPY_OPS)
+    with cute_shard.enabled(reshape_may_copy=False):
+        assert integration.is_installed()
+    assert not integration.is_installed()
+    assert not any(has_kernel(op) for op in MAY_COPY_OPS)
+
+
 def test_only_reshape_family_calls_on_dtensors_reach_the_kernels(
     mesh24: DeviceMesh, monkeypatch: pytest.MonkeyPatch
 ) -> None:
