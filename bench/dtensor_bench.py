@@ -4,10 +4,12 @@ A fake process group (``torch.testing._internal.distributed.fake_pg``) of 8 rank
 DeviceMeshes of shape (8,), (2, 4) and (2, 2, 2) without any communication. Each case is a
 DTensor (``DTensor.from_local`` of a small local tensor) and a view-op method call on it
 (``view``, ``reshape``, ``flatten``, ``unflatten``, ``permute``, ``transpose``, ``movedim``,
-``unsqueeze``, ``squeeze``, ``expand``). The whole ``x.op(...)`` call is timed, in two cells:
+``unsqueeze``, ``squeeze``, ``expand``). The whole ``x.op(...)`` call is timed, in three cells:
 
 - **hit**: the op was called once before, so DTensor's sharding-propagation caches answer;
-  with install() this must stay within noise of torch.
+  with install() this must stay within noise of torch. The reshape family (reshape, flatten,
+  unflatten) pays the MayCopy kernel's round trip through Python here.
+- **hit, no may-copy**: the same with ``install(reshape_may_copy=False)`` (no kernels).
 - **miss**: DTensor's caches (the C++ fast-path one, the Python one and the tensor-meta one)
   and cute_shard's are emptied before every call, as a new shape would find them.
 
@@ -46,7 +48,7 @@ SIZES = (2, 4, 8, 16, 24, 32)
 @dataclass(frozen=True)
 class E2ERow:
     mesh: str
-    cell: str  # "hit" or "miss"
+    cell: str  # a name in CELLS
     cases: int
     cute_shard_us: float
     torch_us: float
@@ -168,8 +170,9 @@ def _call(op: Op) -> Call:
 # Screening and timing
 
 
-def screen(ops: Sequence[Op]) -> tuple[list[Op], dict[str, int]]:
-    """The ops both sides dispatch, with install()ed answers equal cold and from the cache."""
+def screen(ops: Sequence[Op], may_copy: bool = True) -> tuple[list[Op], dict[str, int]]:
+    """The ops both sides dispatch, with install()ed answers equal cold and from the cache
+    (``may_copy``: install's ``reshape_may_copy``)."""
     counts = {"cases": len(ops), "cute_shard_raised": 0, "torch_raised": 0, "inconsistent": 0}
     kept = []
     for op in ops:
@@ -181,7 +184,7 @@ def screen(ops: Sequence[Op]) -> tuple[list[Op], dict[str, int]]:
         except Exception:
             counts["torch_raised"] += 1
             continue
-        cute_shard.install()
+        cute_shard.install(reshape_may_copy=may_copy)
         clear_all()
         try:
             cold = fn(*args).placements
@@ -197,12 +200,17 @@ def screen(ops: Sequence[Op]) -> tuple[list[Op], dict[str, int]]:
     return kept, counts
 
 
+# The cells: (name, how install() is called for cute_shard's side). "hit, no may-copy" is a
+# hit with install(reshape_may_copy=False): the reshape family without the MayCopy kernels.
+CELLS = (("hit", True), ("hit, no may-copy", False), ("miss", True))
+
+
 def _measure(
-    installed: bool, ops: Sequence[Op], cell: str, batch: int, passes: int
+    installed: bool, ops: Sequence[Op], cell: str, batch: int, passes: int, may_copy: bool = True
 ) -> Callable[[int], float]:
     def measure(r: int) -> float:
         if installed:
-            cute_shard.install()
+            cute_shard.install(reshape_may_copy=may_copy)
         else:
             cute_shard.uninstall()
         start = (r * batch) % len(ops)
@@ -236,16 +244,20 @@ def run(rounds: int, n_cases: int, batch: int, passes: int) -> list[E2ERow]:
                 ops, screens[f"{rank}-D"] = screen(make_ops(mesh, n_cases))
                 if not ops:
                     continue
-                for cell in ("hit", "miss"):
+                no_copy_ops = screen(ops, may_copy=False)[0]
+                for cell, may_copy in CELLS:
+                    cell_ops = ops if may_copy else no_copy_ops
+                    if not cell_ops:
+                        continue
                     t = interleave(
                         {
-                            "cute_shard": _measure(True, ops, cell, batch, passes),
-                            "torch": _measure(False, ops, cell, batch, passes),
+                            "cute_shard": _measure(True, cell_ops, cell, batch, passes, may_copy),
+                            "torch": _measure(False, cell_ops, cell, batch, passes),
                         },
                         rounds,
                     )
                     o, th = t["cute_shard"].median_us, t["torch"].median_us
-                    rows.append(E2ERow(f"{rank}-D", cell, len(ops), o, th, speedup(th, o)))
+                    rows.append(E2ERow(f"{rank}-D", cell, len(cell_ops), o, th, speedup(th, o)))
                 print(f"  dtensor {rank}-D: {screens[f'{rank}-D']}", file=sys.stderr, flush=True)
     finally:
         cute_shard.uninstall()
@@ -257,7 +269,7 @@ def format_table(rows: Sequence[E2ERow], rounds: int, screens: dict[str, dict[st
     body: list[list[object]] = [
         [r.mesh, r.cell, r.cases, r.cute_shard_us, r.torch_us, f"{r.speedup:.2f}x"] for r in rows
     ]
-    for cell in ("hit", "miss"):
+    for cell, _ in CELLS:
         g = geomean([r.speedup for r in rows if r.cell == cell])
         body.append(["geomean", cell, "", "", "", f"{g:.2f}x"])
     out = [
