@@ -109,6 +109,31 @@ CASES: list[
             (_StridedShard(1, split_factor=8), Shard(0), _StridedShard(1, split_factor=8)),
         ),
     ),
+    # Two dims kept in one piece of a split of a flatten: the piece (16 rows of d0, d1, the
+    # first 2 rows of d2) is read as a flatten, where d2's rows are already split by mesh 0
+    # (one per rank), so d1 keeps its uneven Shard with 16 rows before it, and so does d0
+    # with both after it.
+    (
+        (16, 27, 6),
+        (864, 3),
+        (2, 2, 4),
+        (Shard(2), Shard(1), Shard(0)),
+        (
+            (Shard(2), Shard(1), Shard(0)),
+            (_StridedShard(0, split_factor=432), _StridedShard(0, split_factor=16), Shard(0)),
+        ),
+    ),
+    # ... and one that cannot stay there: d1 (63 over 2) before d2's 4 local rows.
+    (
+        (126, 63, 16),
+        (2, 63504),
+        (2, 4, 2),
+        (Shard(0), Shard(2), Shard(1)),
+        (
+            (Shard(0), Shard(2), R),
+            (Shard(0), _StridedShard(1, split_factor=3969), R),
+        ),
+    ),
     # Partial and dims moved whole are carried.
     (
         (5, 7, 6),
@@ -144,14 +169,10 @@ def test_uneven_answer_equals_the_fallback_and_is_valid(shape, to, mesh, placeme
         ((6, 5), flatten(2), (2,), (_StridedShard(1, split_factor=2),)),
         # A rule view_as_complex may have, with the pairs dim sharded.
         ((3, 2), flatten(2), (4,), (Shard(0),)),
-        # Two dims of a split of a flatten sharded, the later one's piece holding rows of
-        # the earlier one: the fallback decides.
-        (
-            (126, 63, 16),
-            view_groups((126, 63, 16), (2, 63504)),
-            (2, 4, 2),
-            (Shard(0), Shard(2), Shard(1)),
-        ),
+        # A chain link whose earlier links leave some ranks fewer rows than it has ranks,
+        # after a kept dim before it: several split factors give every rank the same
+        # elements (here 2 and 3), and the fallback picks one by its own order.
+        ((4, 4), view_groups((4, 4), (2, 8)), (2, 3, 2), (Shard(0), Shard(1), Shard(1))),
         # After the first Shard the first piece has 2 rows on some ranks, 1 on others: the
         # second Shard keeps whole rows on the first kind only; the fallback decides.
         ((21,), view_groups((21,), (7, 3)), (4, 2), (Shard(0), Shard(0))),

@@ -15,16 +15,19 @@ order, with plain ints:
   sizes of the piece the chain has reached (the first; the next once every rank holds one
   row of it);
 - ``Shard``\\ s in a split of a flatten: either of the above, on the piece where the sharded
-  dim starts (:func:`_piece_of`), for a chain of one dim, and for several dims as long as
-  each one's piece holds none of the digits the others shard (:func:`_window`), so that
-  each piece reads one dim alone.
+  dim starts (:func:`_piece_of`). Other kept dims of the group whose sharded digits
+  (:func:`_window`) lie in that piece are read as in a flatten (:func:`_piece_flatten`);
+  a split-like piece must read its dim alone. Where kept mesh dims already shard the dim
+  or one before it and some rank holds fewer rows than the mesh dim has ranks, several
+  split factors give every rank the same elements and the fallback's order picks one: it
+  decides.
 
 A kept mesh dim gets the placement the group's structure predicts, which is the first
 candidate the fallback proves; a mesh dim that cannot keep its shard on the rank at
 coordinate 0 of every mesh dim (whose input is never empty) has no valid placement at all,
 so it is replicated. Anything else returns None for the general engine: a ``_StridedShard``
-outside an ``InputDim``, a split of a flatten whose sharded dims share a piece, a rule that
-may be ``view_as_complex``'s, a decision that depends on ranks with other local sizes, a
+outside an ``InputDim``, a kept dim's digits across a piece's bounds, a rule that may be
+``view_as_complex``'s, a decision that depends on ranks with other local sizes, a
 malformed rule, and every view a layout can express (those go through the layout search,
 whose choices differ).
 
@@ -112,6 +115,59 @@ def _window(shape: tuple[int, ...], src: tuple[int, ...], d: int, rows: int) -> 
             break
         lo *= shape[e]
     return lo * rows, lo * shape[d]
+
+
+def _piece_flatten(
+    kept: dict[int, tuple[int, int, bool]],
+    sizes: dict[int, set[int]],
+    first: dict[int, set[int]],
+    d: int,
+    window: tuple[int, int],
+    lo: int,
+    hi: int,
+) -> tuple[int, set[int], int] | None:
+    """A flatten-like piece ``[lo, hi)`` (place values) holding all of dim d (``window``),
+    read as a flatten of (the rows before d, d, the rows after d) with the other kept dims
+    of the group (``kept``: their sharded digits, and whether their local sizes are in
+    ``sizes`` or, split-like, in ``first``): the split factor (the local size of the rows
+    before d, one number), the local sizes the rows after d may have, and the one on the
+    rank at coordinate 0; None if a kept dim's digits cross the piece's bounds or d's, or the
+    rows before d have several local sizes."""
+    d_lo, d_hi = window
+    outer = hi // d_hi
+    rest = d_lo // lo  # the rows after d no kept dim shards
+    inner = {1}
+    at_zero = 1
+    for e, (e_lo, e_hi, e_flat) in kept.items():
+        if e == d or e_hi <= lo or e_lo >= hi:
+            continue  # (d's own chain, or another piece)
+        if e_lo < lo or e_hi > hi:
+            return None
+        local = sizes[e] if e_flat else first[e]
+        size = e_hi // e_lo
+        if e_lo >= d_hi:  # before d: the split factor counts its local size
+            if len(local) != 1 or outer % size:
+                return None
+            outer = outer // size * min(local)
+        else:
+            if rest % size:
+                return None
+            rest //= size
+            inner = {a * b for a in inner for b in local}
+            if len(inner) > _MAX_SIZES:
+                return None
+            at_zero *= max(local)
+    return outer, {v * rest for v in inner}, at_zero * rest
+
+
+def _ahead(kept: dict[int, tuple[int, int, bool]], src: tuple[int, ...], d: int) -> bool:
+    """Whether kept mesh dims shard d itself or a dim before it in the group."""
+    for e in src:
+        if e in kept:
+            return True
+        if e == d:
+            return False
+    return False
 
 
 def _chunks(sizes: set[int], n: int) -> set[int]:
@@ -273,7 +329,7 @@ def uneven_answer(
     first: dict[int, set[int]] = {}  # split groups: local sizes of the piece a chain is at
     at: dict[int, int] = {}  # splits of one dim: the piece its chain is at, if not the first
     # Splits of a flatten: the dims kept mesh dims shard, with the digits they shard.
-    busy: dict[int, dict[int, tuple[int, int]]] = {}
+    busy: dict[int, dict[int, tuple[int, int, bool]]] = {}
     target = list(placements)
     out = list(placements)
     moved = False
@@ -330,34 +386,38 @@ def uneven_answer(
             if found is None:
                 return None
             j, sf, flat, rows = found
-            # Other dims of the group that kept mesh dims shard must lie in other pieces
-            # than d's piece j (the rank's set is then a product, and j reads d alone).
             kept = busy.setdefault(where[d], {})
-            lo = 1
+            lo = 1  # piece j holds the digits of place value [lo, hi) of the flat index
             for q in pieces[j + 1 :]:
                 lo *= q
             hi = lo * pieces[j]
-            for e, (e_lo, e_hi) in kept.items():
-                if e != d and e_hi > lo and e_lo < hi:
-                    return None
             # A chain of Shards of d: each kept one reads d's local sizes so far, as in a
             # flatten (flatten-like piece) or a split (split-like: its first rows).
             if flat:
+                # The piece as a flatten: (sf rows, d, rows), where other kept dims of the
+                # group may lie inside the rows before d or after it (not across the piece).
+                read = _piece_flatten(kept, sizes, first, d, _window(shape, src, d, 1), lo, hi)
+                if read is None:
+                    return None
+                sf, inner, at_zero = read
                 lengths = sizes.get(d, {shape[d]})
                 top = max(lengths)
-                if top < 2:
+                if top < 2 or (min(lengths) < n and _ahead(kept, src, d)):
                     return None
-                if all(flatten_keeps(s, rows, n) for s in lengths):
+                if all(flatten_keeps(s, v, n) for s in lengths for v in inner):
                     out[m] = placement(targets[j], sf)
                     sizes[d] = _chunks(lengths, n)
-                    kept[d] = _window(shape, src, d, 1)
+                    kept[d] = (*_window(shape, src, d, 1), True)
                     continue
-                if flatten_keeps(top, rows, n):
-                    return None
+                if flatten_keeps(top, at_zero, n):
+                    return None  # only ranks with other local sizes fail: the fallback decides
             else:
+                for e, (e_lo, e_hi, _) in kept.items():
+                    if e != d and e_hi > lo and e_lo < hi:
+                        return None  # (the piece read as d's split only)
                 lengths = first.get(d, {shape[d] // rows})
                 top = max(lengths)
-                if top < 2:
+                if top < 2 or (min(lengths) < n and _ahead(kept, src, d)):
                     return None
                 if all(split_keeps(f, rows, n) for f in lengths if f):
                     out[m] = placement(targets[j], sf)
@@ -365,7 +425,7 @@ def uneven_answer(
                     if len(lengths) > _MAX_SIZES:
                         return None
                     first[d] = lengths
-                    kept[d] = _window(shape, src, d, rows)
+                    kept[d] = (*_window(shape, src, d, rows), False)
                     continue
                 if split_keeps(top, rows, n):
                     return None
