@@ -7,6 +7,7 @@ Cases outside the hot path's reach must give None, so the general engine decides
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -197,3 +198,28 @@ def test_chunk_comparisons() -> None:
         for v in range(0, 6)
         for n in range(2, 6)
     )
+
+
+def test_splits_of_flattens_of_small_shapes_equal_the_fallback() -> None:
+    """Every split of a flatten of two small dims, every Shard/Replicate on two 3-D meshes:
+    wherever the hot path answers, the fallback gives the same answer."""
+    answered = 0
+    for shape in itertools.product((2, 3, 4, 5, 6, 8), repeat=2):
+        total = math.prod(shape)
+        for first in range(2, total):
+            if total % first:
+                continue
+            rule = view_groups(shape, (first, total // first))
+            for mesh in ((2, 3, 2), (3, 2, 2)):
+                for dims in itertools.product(range(3), repeat=3):
+                    placements = tuple(R if d == 2 else Shard(d) for d in dims)
+                    answer = uneven_answer(placements, shape, rule, mesh, None)
+                    if answer is not None:
+                        answered += 1
+                        assert answer == _general(placements, shape, rule, mesh), (
+                            shape,
+                            first,
+                            mesh,
+                            placements,
+                        )
+    assert answered > 1000
