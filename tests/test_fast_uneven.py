@@ -31,9 +31,9 @@ from cute_shard.rules import flatten, view_groups
 R = Replicate()
 
 
-def _general(placements, shape, rule, mesh):  # type: ignore[no-untyped-def]
+def _general(placements, shape, rule, mesh, complex_view=None):  # type: ignore[no-untyped-def]
     norm = normalize_placements(placements, len(shape), mesh)
-    target, out, _ = P._propagate(norm, shape, rule, mesh, None)
+    target, out, _ = P._propagate(norm, shape, rule, mesh, complex_view)
     return (
         tuple(P._merge_target(placements, target)),
         tuple(to_torch_placement(p) for p in out),
@@ -135,6 +135,11 @@ CASES: list[
             (Shard(0), _StridedShard(1, split_factor=3969), R),
         ),
     ),
+    # A rule view_as_complex may have (the op unknown), its pairs dim whole on every rank:
+    # the real view's answer holds for both ops. Here 3 rows over 2 ranks: 4 reals on rank
+    # 0 is not half of 6, so the mesh dim moves (view_as_complex alone would keep it).
+    ((3, 2), (6,), (2,), (Shard(0),), ((R,), (R,))),
+    ((3, 2), (6,), (4,), (Shard(0),), ((Shard(0),), (Shard(0),))),
     # Partial and dims moved whole are carried.
     (
         (5, 7, 6),
@@ -169,7 +174,7 @@ def test_uneven_answer_equals_the_fallback_and_is_valid(shape, to, mesh, placeme
         ((1, 5), flatten(2), (2,), (Shard(0),)),
         ((6, 5), flatten(2), (2,), (_StridedShard(1, split_factor=2),)),
         # A rule view_as_complex may have, with the pairs dim sharded.
-        ((3, 2), flatten(2), (4,), (Shard(0),)),
+        ((3, 2), flatten(2), (4,), (Shard(1),)),
         # A chain link whose earlier links leave some ranks fewer rows than it has ranks,
         # after a kept dim before it: several split factors give every rank the same
         # elements (here 2 and 3), and the fallback picks one by its own order.
@@ -222,4 +227,25 @@ def test_splits_of_flattens_of_small_shapes_equal_the_fallback() -> None:
                             mesh,
                             placements,
                         )
+    assert answered > 1000
+
+
+def test_rules_view_as_complex_may_have_equal_the_fallback() -> None:
+    """``(..., flat(d(n-2), d(n-1)))`` with a last dim of 2, every Shard/Replicate, the op
+    unknown, view_as_complex or a real view: wherever the hot path answers, the fallback
+    gives the same answer."""
+    answered = 0
+    shapes = [(a, 2) for a in range(2, 14)] + [(a, b, 2) for a in (2, 3, 5) for b in (3, 4, 7)]
+    for shape in shapes:
+        rule = flatten(len(shape), len(shape) - 2, len(shape) - 1)
+        for mesh in ((2,), (3,), (4,), (2, 3), (3, 2), (2, 2, 2)):
+            for dims in itertools.product(range(len(shape) + 1), repeat=len(mesh)):
+                placements = tuple(R if d == len(shape) else Shard(d) for d in dims)
+                for complex_view in (None, True, False):
+                    answer = uneven_answer(placements, shape, rule, mesh, complex_view)
+                    if answer is None:
+                        continue
+                    answered += 1
+                    general = _general(placements, shape, rule, mesh, complex_view)
+                    assert answer == general, (shape, mesh, placements, complex_view)
     assert answered > 1000

@@ -27,9 +27,9 @@ candidate the fallback proves; a mesh dim that cannot keep its shard on the rank
 coordinate 0 of every mesh dim (whose input is never empty) has no valid placement at all,
 so it is replicated. Anything else returns None for the general engine: a ``_StridedShard``
 outside an ``InputDim``, a kept dim's digits across a piece's bounds, a rule that may be
-``view_as_complex``'s, a decision that depends on ranks with other local sizes, a
-malformed rule, and every view a layout can express (those go through the layout search,
-whose choices differ).
+``view_as_complex``'s with its pairs dim sharded (or view_as_complex itself), a decision
+that depends on ranks with other local sizes, a malformed rule, and every view a layout can
+express (those go through the layout search, whose choices differ).
 
 ``tests/test_fast_uneven.py`` and the fast-path property tests check it against the fallback.
 """
@@ -254,7 +254,12 @@ def uneven_answer(
     if dims is None:
         return None
     ndim = len(shape)
-    if complex_view is not False and complex_pair_dim(rule, shape) is not None:
+    # A rule view_as_complex may have is read as the real view's. For view_as_complex
+    # itself that is another answer; when the op is unknown the answer must hold for both,
+    # which the real view's does while the (real, imag) pairs dim is not sharded.
+    if (complex_view or (complex_view is None and (ndim - 1) in dims)) and complex_pair_dim(
+        rule, shape
+    ) is not None:
         return None
     # The groups: kind, output dim(s) and sources of every input dim.
     kind = [-1] * ndim
