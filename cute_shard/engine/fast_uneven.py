@@ -16,8 +16,8 @@ order, with plain ints:
   row of it);
 - ``Shard``\\ s in a split of a flatten: either of the above, on the piece where the sharded
   dim starts (:func:`_piece_of`). Other kept dims of the group whose sharded digits
-  (:func:`_window`) lie in that piece are read as in a flatten (:func:`_piece_flatten`);
-  a split-like piece must read its dim alone. Where kept mesh dims already shard the dim
+  (:func:`_window`) lie in that piece are read as in a flatten (:func:`_piece_flatten`;
+  in a split-like piece, only before the dim). Where kept mesh dims already shard the dim
   or one before it and some rank holds fewer rows than the mesh dim has ranks, several
   split factors give every rank the same elements and the fallback's order picks one: it
   decides.
@@ -417,9 +417,13 @@ def uneven_answer(
                 if flatten_keeps(top, at_zero, n):
                     return None  # only ranks with other local sizes fail: the fallback decides
             else:
-                for e, (e_lo, e_hi, _) in kept.items():
-                    if e != d and e_hi > lo and e_lo < hi:
-                        return None  # (the piece read as d's split only)
+                # The piece (sf rows, d's first rows): other kept dims may lie in the rows
+                # before d, whose local size is then the split factor.
+                window = _window(shape, src, d, rows)
+                read = _piece_flatten(kept, sizes, first, d, window, lo, hi)
+                if read is None:
+                    return None
+                sf = read[0]
                 lengths = first.get(d, {shape[d] // rows})
                 top = max(lengths)
                 if top < 2 or (min(lengths) < n and _ahead(kept, src, d)):
@@ -430,7 +434,7 @@ def uneven_answer(
                     if len(lengths) > _MAX_SIZES:
                         return None
                     first[d] = lengths
-                    kept[d] = (*_window(shape, src, d, rows), False)
+                    kept[d] = (*window, False)
                     continue
                 if split_keeps(top, rows, n):
                     return None
