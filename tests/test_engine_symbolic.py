@@ -215,3 +215,35 @@ def test_a_symbolic_split_factor_in_the_input_needs_no_guard() -> None:
     target, out = propagate([strided], (s * 8,), rule, (2,))
     assert target == (strided,) and _sf(out[0]) is s
     assert env.guards() == []
+
+
+def test_views_that_only_move_dims_relabel_symbolic_dims_on_the_hot_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """permute, transpose, unsqueeze and a squeeze of static 1s move each dim whole, so the
+    hot path relabels the placements whatever the sizes (uneven and unbacked ones too),
+    without the symbolic engine and without a guard."""
+    from cute_shard.engine import propagate as engine
+
+    def fail(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the symbolic engine ran")
+
+    monkeypatch.setattr(engine, "propagate_symbolic", fail)
+    env = Env()
+    s, t = env.sym(5), env.sym(6)
+    u = env.shape_env.create_unbacked_symint()
+    placements = [Shard(0), _StridedShard(2, split_factor=3)]
+    cases = [
+        (R.permute(3, (2, 0, 1)), [Shard(1), _StridedShard(0, split_factor=3)]),
+        (R.transpose(3, 0, 2), [Shard(2), _StridedShard(0, split_factor=3)]),
+        (R.unsqueeze(3, 1), [Shard(0), _StridedShard(3, split_factor=3)]),
+    ]
+    for shape in ((s, t, 6), (u, 3 * s, t)):
+        for rule, want in cases:
+            assert propagate(placements, shape, rule, (3, 2)) == (tuple(placements), tuple(want))
+    squeezed = R.squeeze((s, 1, t), 1)
+    assert propagate([Shard(2), Replicate()], (s, 1, t), squeezed, (2, 2)) == (
+        (Shard(2), Replicate()),
+        (Shard(1), Replicate()),
+    )
+    assert env.guards() == []

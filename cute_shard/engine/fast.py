@@ -40,6 +40,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from itertools import combinations
 
+from torch import SymInt
 from torch.distributed.tensor.placement_types import (
     Partial,
     Placement,
@@ -104,9 +105,6 @@ def fast_propagate(
     ndim = len(shape)
     if len(placements) != len(mesh):
         return None
-    for n in shape:
-        if type(n) is not int or n < 1:
-            return None
     for n in mesh:
         if type(n) is not int or n < 1:
             return None
@@ -116,6 +114,9 @@ def fast_propagate(
             break
     else:
         return _moved_dims(placements, shape, rule, mesh)
+    for n in shape:
+        if type(n) is not int or n < 1:
+            return None
     dims = _shard_dims(placements, ndim, mesh)
     if dims is None:
         return None
@@ -223,8 +224,16 @@ def _moved_dims(
 ) -> tuple[Placement, ...] | None:
     """:func:`fast_propagate` for a rule that only moves, adds and drops dims (``InputDim``,
     size-1 and new dims, ``Broadcast``: permute, transpose, squeeze, unsqueeze, expand):
-    every placement is relabelled to its dim's output position."""
+    every placement is relabelled to its dim's output position. The local op moves each
+    dim whole, so that holds for any sizes, SymInts included: only a dim the rule drops or
+    broadcasts must be a static 1 here."""
     ndim = len(shape)
+    for n in shape:
+        if type(n) is int:
+            if n < 1:
+                return None
+        elif type(n) is not SymInt:
+            return None
     at = [-1] * ndim  # output position of each input dim; -2 broadcast
     for o, spec in enumerate(rule):
         cls = type(spec)
@@ -239,7 +248,7 @@ def _moved_dims(
             inner = spec.dim  # type: ignore[attr-defined]
             if type(inner) is InputDim:
                 d = inner.input_dim
-                if d >= ndim or shape[d] != 1 or at[d] != -1:
+                if d >= ndim or type(shape[d]) is not int or shape[d] != 1 or at[d] != -1:
                     return None
                 at[d] = -2
         else:
@@ -265,8 +274,8 @@ def _moved_dims(
             return None
         m += 1
     for d in range(ndim):
-        if at[d] == -1 and shape[d] != 1:  # only size-1 dims may disappear
-            return None
+        if at[d] == -1 and (type(shape[d]) is not int or shape[d] != 1):
+            return None  # (only size-1 dims may disappear)
     return tuple(out)
 
 
