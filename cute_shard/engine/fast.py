@@ -71,8 +71,14 @@ _CACHE_LIMIT = 4096
 _placements: dict[tuple[int, int], Placement] = {}
 
 
+# Shard(d) for the dims models have, built once (placements are immutable).
+_SHARDS = tuple(Shard(d) for d in range(64))
+
+
 def placement(dim: int, sf: int) -> Placement:
     """The canonical torch placement for ``(dim, sf)``, shared (placements are immutable)."""
+    if sf == 1 and dim < 64:
+        return _SHARDS[dim]
     p = _placements.get((dim, sf))
     if p is None:
         if len(_placements) >= _CACHE_LIMIT:
@@ -108,12 +114,30 @@ def fast_propagate(
     for n in mesh:
         if type(n) is not int or n < 1:
             return None
-    for spec in rule:
+    # A rule that only moves, adds and drops dims relabels the placements (any sizes): the
+    # output position of each input dim, -2 for a broadcast one, is read in the same scan
+    # that looks for a Flatten, Split or Repeat.
+    at = [-1] * ndim
+    for o, spec in enumerate(rule):
         cls = type(spec)
-        if cls is Flatten or cls is Split or cls is Repeat:
+        if cls is InputDim:
+            d = spec.input_dim  # type: ignore[attr-defined]
+            if d >= ndim or at[d] != -1:
+                return None
+            at[d] = o
+        elif cls is Flatten or cls is Split or cls is Repeat:
             break
+        elif cls is Broadcast:
+            inner = spec.dim  # type: ignore[attr-defined]
+            if type(inner) is InputDim:
+                d = inner.input_dim
+                if d >= ndim or type(shape[d]) is not int or shape[d] != 1 or at[d] != -1:
+                    return None
+                at[d] = -2
+        elif cls is not Singleton and cls is not NewDim:
+            return None  # (not one of our DimSpecs)
     else:
-        return _moved_dims(placements, shape, rule, mesh)
+        return _relabel(placements, shape, at, mesh)
     for n in shape:
         if type(n) is not int or n < 1:
             return None
@@ -216,42 +240,25 @@ def fast_propagate(
     return tuple(out)
 
 
-def _moved_dims(
+def _relabel(
     placements: Sequence[Placement],
-    shape: tuple[int, ...],
-    rule: tuple[DimSpec, ...],
+    shape: tuple[Size, ...],
+    at: list[int],
     mesh: tuple[int, ...],
 ) -> tuple[Placement, ...] | None:
     """:func:`fast_propagate` for a rule that only moves, adds and drops dims (``InputDim``,
-    size-1 and new dims, ``Broadcast``: permute, transpose, squeeze, unsqueeze, expand):
-    every placement is relabelled to its dim's output position. The local op moves each
-    dim whole, so that holds for any sizes, SymInts included: only a dim the rule drops or
-    broadcasts must be a static 1 here."""
+    size-1 and new dims, ``Broadcast``: permute, transpose, squeeze, unsqueeze, expand),
+    ``at`` the output position of each input dim (-1 dropped, -2 broadcast): every placement
+    is relabelled to its dim's output position. The local op moves each dim whole, so that
+    holds for any sizes, SymInts included: only a dim the rule drops or broadcasts must be a
+    static 1 here."""
     ndim = len(shape)
-    for n in shape:
+    for d in range(ndim):
+        n = shape[d]
         if type(n) is int:
-            if n < 1:
+            if n < 1 or (at[d] == -1 and n != 1):  # (only size-1 dims may disappear)
                 return None
-        elif type(n) is not SymInt:
-            return None
-    at = [-1] * ndim  # output position of each input dim; -2 broadcast
-    for o, spec in enumerate(rule):
-        cls = type(spec)
-        if cls is InputDim:
-            d = spec.input_dim  # type: ignore[attr-defined]
-            if d >= ndim or at[d] != -1:
-                return None
-            at[d] = o
-        elif cls is Singleton or cls is NewDim:
-            continue
-        elif cls is Broadcast:
-            inner = spec.dim  # type: ignore[attr-defined]
-            if type(inner) is InputDim:
-                d = inner.input_dim
-                if d >= ndim or type(shape[d]) is not int or shape[d] != 1 or at[d] != -1:
-                    return None
-                at[d] = -2
-        else:
+        elif type(n) is not SymInt or at[d] == -1:
             return None
     out = list(placements)
     m = 0
@@ -263,19 +270,17 @@ def _moved_dims(
                 d += ndim
             if not 0 <= d < ndim or mesh[m] == 1 or at[d] < 0:
                 return None  # (a sharded dim dropped or broadcast: the general engine)
+            o = at[d]
             if cls is Shard:
-                out[m] = placement(at[d], 1)
+                out[m] = _SHARDS[o] if o < 64 else placement(o, 1)
             else:
                 sf = p.split_factor  # type: ignore[attr-defined]
                 if type(sf) is not int or sf < 1:
                     return None
-                out[m] = placement(at[d], sf)
-        elif cls is not Replicate and not isinstance(p, Partial):
+                out[m] = placement(o, sf)
+        elif cls is not Replicate and cls is not Partial and not isinstance(p, Partial):
             return None
         m += 1
-    for d in range(ndim):
-        if at[d] == -1 and (type(shape[d]) is not int or shape[d] != 1):
-            return None  # (only size-1 dims may disappear)
     return tuple(out)
 
 
@@ -435,7 +440,7 @@ def _shard_dims(
             sf = p.split_factor  # type: ignore[attr-defined]
             if type(sf) is not int or sf < 1:
                 return None
-        elif isinstance(p, Partial):
+        elif cls is Partial or isinstance(p, Partial):
             m += 1
             continue
         else:

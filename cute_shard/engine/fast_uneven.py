@@ -209,7 +209,7 @@ def _uneven_dims(
             else:
                 local[d] //= mesh[m]
             dims.append(d)
-        elif cls is Replicate or isinstance(p, Partial):
+        elif cls is Replicate or cls is Partial or isinstance(p, Partial):
             dims.append(-1)
         else:
             return None

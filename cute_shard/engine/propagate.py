@@ -86,7 +86,9 @@ def propagate_shape_and_sharding(
             parsed = []
             fast = fast_propagate(placements, shape, ours, mesh, complex_view, moved, parsed)
     if fast is not None:
-        return replicated(placements, moved[0] if moved else 0), fast
+        if moved and moved[0]:
+            return replicated(placements, moved[0]), fast
+        return tuple(placements), fast
     dims = parsed[0] if parsed else None
     answer = uneven_answer(placements, shape, ours, mesh, complex_view, strict_view, dims)
     if answer is not None:
