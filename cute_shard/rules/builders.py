@@ -49,6 +49,7 @@ from .specs import (
     Repeat,
     Rule,
     Split,
+    _broadcast_raw,
     _flatten_raw,
     _split_raw,
 )
@@ -760,7 +761,7 @@ def _expand_fast(input_shape: tuple[object, ...], shape: tuple[object, ...]) -> 
         if i < pad:
             if want < 0:
                 return None
-            out.append(SINGLETON if want == 1 else Broadcast.new(SINGLETON, want))
+            out.append(SINGLETON if want == 1 else _broadcast_raw(SINGLETON, want))
             continue
         have = input_shape[i - pad]
         if type(have) is not int or have < 0 or want < -1:
@@ -768,7 +769,7 @@ def _expand_fast(input_shape: tuple[object, ...], shape: tuple[object, ...]) -> 
         if want == -1 or want == have:
             out.append(_INPUT_DIMS[i - pad])
         elif have == 1:
-            out.append(Broadcast(_INPUT_DIMS[i - pad], want))
+            out.append(_broadcast_raw(_INPUT_DIMS[i - pad], want))
         else:
             return None
     return tuple(out)

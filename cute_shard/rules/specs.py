@@ -375,6 +375,15 @@ def _flatten_raw(input_dims: tuple[InputDim, ...], dims: tuple[int, ...] | None 
     return f
 
 
+def _broadcast_raw(dim: DimSpec, dim_size: int) -> Broadcast:
+    """Build a Broadcast without validation, for builders whose loop guarantees it (an int
+    ``dim_size`` other than 1)."""
+    b = _new(Broadcast)
+    _set(b, "dim", dim)
+    _set(b, "dim_size", dim_size)
+    return b
+
+
 Rule: TypeAlias = tuple[DimSpec, ...]
 """One DimSpec per output dim."""
 
