@@ -11,7 +11,7 @@ flat lists cannot hold.
 from __future__ import annotations
 
 import pytest
-from torch.distributed.tensor.placement_types import Shard, _StridedShard
+from torch.distributed.tensor.placement_types import Replicate, Shard, _StridedShard
 
 import cute_shard
 from bench.propagate_cases import BUILDERS, make_pool
@@ -21,6 +21,7 @@ from cute_shard.engine.fast_uneven import uneven_answer
 from cute_shard.engine.sharded import normalize_placements, to_torch_placement
 from cute_shard.rules import parse_rule
 
+R = Replicate()
 FAMILIES = ("flatten", "unflatten", "reshape", "permute", "squeeze", "expand", "strided", "uneven")
 
 
@@ -127,3 +128,46 @@ def test_shard_chains_of_one_dim_are_read_directly(
         shape, placements, want, mesh, lambda g: g.reshape(to), lambda t, s: t.reshape(s)
     )
     assert verdict.ok
+
+
+@pytest.mark.parametrize(
+    ("shape", "to", "mesh", "placements", "want"),
+    [
+        # The first piece (3) cannot hold a mesh dim, alone or both: both move.
+        ((24,), (3, 8), (2, 2), (Shard(0), Shard(0)), ((R, R), (R, R))),
+        ((768,), (3, 16, 16), (4, 2), (Shard(0), Shard(0)), ((R, R), (R, R))),
+        # The first piece (2) holds one mesh dim: single moves are tried smallest first
+        # (mesh dim 0 before 1 at equal sizes), and moving mesh dim 0 leaves mesh dim 1
+        # the first piece's Shard.
+        ((48,), (2, 3, 8), (2, 2), (Shard(0), Shard(0)), ((R, Shard(0)), (R, Shard(0)))),
+        # Mesh dim 1 (4) fails directly in the second piece: it alone moves.
+        ((64,), (4, 16), (2, 4), (Shard(0), Shard(0)), ((Shard(0), R), (Shard(0), R))),
+        # A _StridedShard and a Shard of one dim, the other dims unsharded.
+        (
+            (4, 48),
+            (4, 3, 16),
+            (2, 4),
+            (_StridedShard(1, split_factor=2), Shard(1)),
+            ((R, R), (R, R)),
+        ),
+    ],
+)
+def test_a_sharded_dim_that_must_move_is_searched_on_the_hot_path(
+    shape: tuple[int, ...], to: tuple[int, ...], mesh: tuple[int, ...], placements: tuple, want
+) -> None:
+    """The rule's only sharded dim in a group that cannot keep it: the hot path walks the
+    general engine's search for what moves on that group alone, with the same answer."""
+    from cute_shard import oracle
+    from cute_shard.rules import view_groups
+
+    rule = view_groups(shape, to)
+    moved = [0]
+    out = fast_propagate(placements, shape, rule, mesh, None, moved)
+    assert out is not None and moved[0]
+    got = (tuple(R if moved[0] >> m & 1 else p for m, p in enumerate(placements)), out)
+    assert got == want == _general(placements, shape, rule, mesh, None)
+    verdict = oracle.check_view(
+        shape, got[0], got[1], mesh, lambda g: g.reshape(to), lambda t, s: t.reshape(s)
+    )
+    assert verdict.ok
+    assert fast_propagate(placements, shape, rule, mesh, None) is None  # strict: not here

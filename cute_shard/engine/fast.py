@@ -213,7 +213,9 @@ def fast_propagate(
                     outer *= shape[d]
                 for m, _ in steps:
                     out[m] = placement(o, outer)
-            elif not _route(shape, src, None, (o,), dims, mesh, out):
+            elif not _route(shape, src, None, (o,), dims, mesh, out) and not _moves(
+                shape, src, None, (o,), dims, mesh, out, moved
+            ):
                 return None
         elif cls is Split:
             if source is None:
@@ -348,7 +350,97 @@ def _split_group(
                     moved[0] |= 1 << m
                     out[m] = _REPLICATE
                 return used
-    return used if _route(shape, src, pieces, targets, dims, mesh, out) else -1
+    if _route(shape, src, pieces, targets, dims, mesh, out):
+        return used
+    return used if _moves(shape, src, pieces, targets, dims, mesh, out, moved) else -1
+
+
+def _moves(
+    shape: tuple[int, ...],
+    src: tuple[int, ...],
+    pieces: tuple[int, ...] | None,
+    targets: Sequence[int],
+    dims: dict[int, list[tuple[int, int]]],
+    mesh: tuple[int, ...],
+    out: list[Placement],
+    moved: list[int] | None,
+) -> bool:
+    """For a group the hot path could not keep whole (a Flatten: ``pieces`` None, or the
+    Splits of a source) holding the rule's only sharded dim: the search for what moves
+    (:func:`_group_moves`), its answer written into ``out`` and ``moved[0]``. False where
+    it does not answer (a strict view, another sharded dim, a case the leaf pass leaves)."""
+    if moved is None or len(dims) != 1:
+        return False
+    for d in src:
+        if d in dims:
+            break
+    else:
+        return False
+    steps = dims[d]
+    found = _group_moves(shape, src, d, steps, pieces, targets, mesh)
+    if found is None:
+        return False
+    moved[0] |= found[0]
+    for m, _ in steps:
+        out[m] = _REPLICATE
+    for m, p in found[1]:
+        out[m] = p
+    return True
+
+
+def _group_moves(
+    shape: tuple[int, ...],
+    src: tuple[int, ...],
+    d: int,
+    steps: list[tuple[int, int]],
+    pieces: tuple[int, ...] | None,
+    targets: Sequence[int],
+    mesh: tuple[int, ...],
+) -> tuple[int, list[tuple[int, Placement]]] | None:
+    """:func:`search_moves` for a view whose only sharded dim, d (sharded by ``steps``), is
+    in one group (the input dims ``src``, split into ``pieces`` or flattened), where it
+    cannot stay whole: the mesh dims that move (bit mask) and the output placements of the
+    others, or None where the leaf pass does not cover it. The same steps in the same
+    order, each a leaf-pass routing of the group (:meth:`_LeafPass._route`): the first
+    attempt's directly failing mesh dims, else each single mesh dim, smallest first, then
+    the other subsets by cost."""
+
+    def attempt(moved: int) -> tuple[int, list[tuple[int, Placement]]] | None:
+        kept = [step for step in steps if not moved >> step[0] & 1]
+        if not kept:
+            return 0, []
+        leaves = _leaves(shape[d], kept, mesh)
+        if leaves is None:
+            return None
+        return _route_leaves(_group(shape, {d: leaves}, src), pieces, targets, len(mesh))
+
+    first = attempt(0)
+    if first is None or not first[0]:
+        return None  # (nothing fails: the hot path's routing should have kept it)
+    direct = first[0] & ~OPTIONAL
+    tried = [direct] if direct else [1 << m for _, m in sorted((mesh[m], m) for m, _ in steps)]
+    for moved in tried:
+        found = attempt(moved)
+        if found is None:
+            return None
+        if not found[0]:
+            return moved, found[1]
+    sharded = [m for m, _ in steps]
+    for subset in sorted(
+        (c for r in range(1, len(sharded) + 1) for c in combinations(sharded, r)),
+        key=lambda subset: _subset_cost(subset, direct, mesh),
+    ):
+        moved = 0
+        for m in subset:
+            moved |= 1 << m
+        if moved in tried:
+            continue
+        found = attempt(moved)
+        if found is None:
+            return None
+        if not found[0]:
+            return moved, found[1]
+    return None
 
 
 def flatten_keeps(s: int, inner: int, n: int) -> bool:
@@ -697,17 +789,9 @@ def search_moves(
         m for m, p in enumerate(placements) if type(p) is Shard or type(p) is _StridedShard
     ]
 
-    def cost(subset: tuple[int, ...]) -> tuple[bool, int, int, tuple[int, ...]]:
-        mask = 0
-        size = 1
-        for m in subset:
-            mask |= 1 << m
-            size *= mesh[m]
-        return (direct & ~mask != 0, bin(mask & ~direct).count("1"), size, subset)
-
     subsets = sorted(
         (c for r in range(1, len(sharded_dims) + 1) for c in combinations(sharded_dims, r)),
-        key=cost,
+        key=lambda subset: _subset_cost(subset, direct, mesh),
     )
     for subset in subsets:
         moved = 0
@@ -719,6 +803,20 @@ def search_moves(
         if answer is not False:
             return answer
     return None
+
+
+def _subset_cost(
+    subset: tuple[int, ...], direct: int, mesh: tuple[int, ...]
+) -> tuple[bool, int, int, tuple[int, ...]]:
+    """The general engine's order of the mesh dims to move (``propagate._least_to_move``):
+    subsets holding every directly failing mesh dim first, then the fewest others, then the
+    fewest ranks."""
+    mask = 0
+    size = 1
+    for m in subset:
+        mask |= 1 << m
+        size *= mesh[m]
+    return (direct & ~mask != 0, bin(mask & ~direct).count("1"), size, subset)
 
 
 _REPLICATE = Replicate()
@@ -893,29 +991,39 @@ class _LeafPass:
                 if dim is None:
                     return None
                 leaves[d] = dim
-        out: list[Placement | None] = [None] * len(self.mesh)
-        if pieces is None:
-            group = _group(shape, leaves, src)
-            failed = _unreadable(group)
-            if not failed:
-                if verbatim:  # the local op moves the dim whole: placements verbatim
-                    for m, sf in kept:
-                        out[m] = placement(targets[0], sf)
-                else:
-                    _read_leaves(group, targets[0], out)  # type: ignore[arg-type]
-        else:
-            taken: list[list[_Leaf]] = []
-            failed = _take_pieces(_group(shape, leaves, src), pieces, taken)
-            if not failed:
-                last = len(pieces) - 1
-                for k, piece in enumerate(taken):  # innermost piece first
-                    _read_leaves(piece, targets[last - k], out)  # type: ignore[arg-type]
-        if failed:
-            return failed, []
-        return 0, [(m, p) for m, p in enumerate(out) if p is not None]
+        group_leaves = _group(shape, leaves, src)
+        if verbatim:  # the local op moves the dim whole: placements verbatim
+            failed = _unreadable(group_leaves)
+            if failed:
+                return failed, []
+            return 0, [(m, placement(targets[0], sf)) for m, sf in kept]
+        return _route_leaves(group_leaves, pieces, targets, len(self.mesh))
 
 
 _UNSEEN: object = object()
+
+
+def _route_leaves(
+    leaves: list[_Leaf], pieces: tuple[int, ...] | None, targets: Sequence[int], n: int
+) -> tuple[int, list[tuple[int, Placement]]]:
+    """Route one group's sub-modes (fastest first) to its output dims (sizes ``pieces``,
+    or one flattened dim) and read them back, for a mesh of ``n`` dims: (what fails, as
+    :meth:`_LeafPass.run` gives it; the (mesh dim, placement)s read when nothing fails)."""
+    out: list[Placement | None] = [None] * n
+    if pieces is None:
+        failed = _unreadable(leaves)
+        if not failed:
+            _read_leaves(leaves, targets[0], out)  # type: ignore[arg-type]
+    else:
+        taken: list[list[_Leaf]] = []
+        failed = _take_pieces(leaves, pieces, taken)
+        if not failed:
+            last = len(pieces) - 1
+            for k, piece in enumerate(taken):  # innermost piece first
+                _read_leaves(piece, targets[last - k], out)  # type: ignore[arg-type]
+    if failed:
+        return failed, []
+    return 0, [(m, p) for m, p in enumerate(out) if p is not None]
 
 
 def _leaves(length: int, steps: list[tuple[int, int]], mesh: tuple[int, ...]) -> list[_Leaf] | None:
@@ -1157,7 +1265,8 @@ def _take_pieces(leaves: list[_Leaf], pieces: Sequence[int], taken: list[list[_L
                 if mesh_dim != LOCAL and seen.setdefault(mesh_dim, k) != k:
                     failed |= 1 << mesh_dim
     for piece in taken:
-        failed |= _unreadable(piece)
+        if len(piece) > 1:  # (one sub-mode is always readable)
+            failed |= _unreadable(piece)
     return failed
 
 
