@@ -29,7 +29,9 @@ Where these flat lists give up (a mesh dim's gpu sub-mode in several pieces, as 
 after a ``_StridedShard`` of the same dim makes it) and for views that must move, the *leaf
 pass* (``_LeafPass``) runs the general engine's first attempt step for step on int leaves
 ``(size, mesh dim or LOCAL, part)``: carve, coalesce, route innermost piece first, read back.
-It gives the failing mesh dims, or, when nothing fails, the output placements.
+It gives the failing mesh dims, or, when nothing fails, the output placements. When the rule
+has one sharded dim, the hot pass runs the same routing on that dim's group itself for each
+step of the search for what moves (``_group_moves``).
 
 ``tests``/``property_tests`` check that these paths and the general one agree on every case
 they answer.
@@ -102,9 +104,10 @@ def fast_propagate(
 
     With ``moved`` (a one-item list) the path also answers for groups holding one ``Shard``
     of one dim whatever its evenness (see :func:`_one_shard_flatten` and
-    :func:`_one_shard_split`): a mesh dim that must move is replicated in the output and its
-    bit is set in ``moved[0]``; the input target is the input with those mesh dims
-    replicated.
+    :func:`_one_shard_split`), and for a group that cannot keep the rule's only sharded dim
+    whole (the search for what moves on that group, :func:`_group_moves`): a mesh dim that
+    must move is replicated in the output and its bit is set in ``moved[0]``; the input
+    target is the input with those mesh dims replicated.
 
     With ``parsed`` (an empty list) the placements it parsed are appended, when it got that
     far: :func:`_shard_dims` of static sizes, for the paths after it to reuse."""
