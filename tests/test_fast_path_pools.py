@@ -150,6 +150,15 @@ def test_shard_chains_of_one_dim_are_read_directly(
             (_StridedShard(1, split_factor=2), Shard(1)),
             ((R, R), (R, R)),
         ),
+        # Another sharded dim, whose group keeps it (d1's Shard in the first piece, 2): a
+        # step moving its mesh dim cannot repair d0's group, so d0's group is searched alone.
+        (
+            (12, 8),
+            (3, 4, 2, 4),
+            (2, 2, 2),
+            (Shard(0), Shard(1), Shard(0)),
+            ((R, Shard(1), R), (R, Shard(2), R)),
+        ),
     ],
 )
 def test_a_sharded_dim_that_must_move_is_searched_on_the_hot_path(
@@ -171,3 +180,17 @@ def test_a_sharded_dim_that_must_move_is_searched_on_the_hot_path(
     )
     assert verdict.ok
     assert fast_propagate(placements, shape, rule, mesh, None) is None  # strict: not here
+
+
+def test_a_group_search_with_other_moves_is_left_to_the_search() -> None:
+    """d0's chain must partly move, and so must d1's lone Shard (6 over 3 in a first piece of
+    2): two groups move, so the hot path leaves the whole search to ``search_moves``."""
+    from cute_shard.rules import view_groups
+
+    shape, to, mesh = (24, 6), (3, 8, 2, 3), (2, 3, 2)
+    placements = (Shard(0), Shard(1), Shard(0))
+    rule = view_groups(shape, to)
+    assert fast_propagate(placements, shape, rule, mesh, None, [0]) is None
+    want = ((R, R, R), (R, R, R))
+    assert fast_answer(placements, shape, rule, mesh, None) == want
+    assert _general(placements, shape, rule, mesh, None) == want

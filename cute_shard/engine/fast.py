@@ -242,6 +242,8 @@ def fast_propagate(
         for d in range(ndim):
             if not used >> d & 1 and (shape[d] != 1 or d in dims):
                 return None
+    if moved is not None and len(moved) > 1 and moved[0] != moved[1]:
+        return None  # (a group's search for what moves, and other moves: the search decides)
     return tuple(out)
 
 
@@ -369,21 +371,38 @@ def _moves(
     moved: list[int] | None,
 ) -> bool:
     """For a group the hot path could not keep whole (a Flatten: ``pieces`` None, or the
-    Splits of a source) holding the rule's only sharded dim: the search for what moves
+    Splits of a source) holding one sharded dim: the search for what moves
     (:func:`_group_moves`), its answer written into ``out`` and ``moved[0]``. False where
-    it does not answer (a strict view, another sharded dim, a case the leaf pass leaves)."""
-    if moved is None or len(dims) != 1:
+    it does not answer (a strict view, several sharded dims in the group, an uneven shard
+    anywhere, a case the leaf pass leaves, other moves before it).
+
+    Other groups may hold sharded dims if each keeps them all: a step moving some of their
+    mesh dims cannot repair this group, and the subset of a step that does repair it that
+    leaves them alone comes first in the search's order, so the search's answer moves only
+    this group's mesh dims. The caller checks that no other group moves anything (the
+    answer's mask is appended to ``moved`` for it)."""
+    if moved is None or len(moved) != 1 or moved[0]:
         return False
-    for d in src:
-        if d in dims:
-            break
-    else:
+    d = -1
+    for e in src:
+        if e in dims:
+            if d >= 0:
+                return False
+            d = e
+    if d < 0:
         return False
+    for e, e_steps in dims.items():  # every shard even (else the uneven fallback decides)
+        local = shape[e]
+        for m, sf in e_steps:
+            if local % (sf * mesh[m]):
+                return False
+            local //= mesh[m]
     steps = dims[d]
     found = _group_moves(shape, src, d, steps, pieces, targets, mesh)
     if found is None:
         return False
     moved[0] |= found[0]
+    moved.append(found[0])
     for m, _ in steps:
         out[m] = _REPLICATE
     for m, p in found[1]:
