@@ -170,13 +170,41 @@ def _ahead(kept: dict[int, tuple[int, int, bool]], src: tuple[int, ...], d: int)
     return False
 
 
+def _flatten_all(lengths: set[int], inner: set[int], n: int) -> bool:
+    """:func:`flatten_keeps` for every local size of the dim and of the dims after it."""
+    for s in lengths:
+        c = -(-s // n)
+        for v in inner:
+            if -(-s * v // n) != c * v:
+                return False
+    return True
+
+
+def _split_all(lengths: set[int], rest: int, n: int) -> bool:
+    """:func:`split_keeps` for every nonzero local size of the first piece."""
+    for f in lengths:
+        if f and -(-f // n) * rest != -(-f * rest // n):
+            return False
+    return True
+
+
 def _chunks(sizes: set[int], n: int) -> set[int]:
-    """Every local size ``torch.chunk`` into n gives a dim of one of ``sizes``."""
+    """Every local size ``torch.chunk`` into n gives a dim of one of ``sizes``: rank r gets
+    ``min(max(s - r*c, 0), c)`` with ``c = ceil(s/n)``, i.e. ``s // c`` full chunks, then
+    the remainder if any, then empty ones if ranks are left."""
     out = set()
     for s in sizes:
+        if s == 0:
+            out.add(0)
+            continue
         c = -(-s // n)
-        for r in range(n):
-            out.add(min(max(s - r * c, 0), c))
+        full, rest = divmod(s, c)
+        out.add(c)
+        if rest:
+            out.add(rest)
+            full += 1
+        if full < n:
+            out.add(0)
     return out
 
 
@@ -379,7 +407,7 @@ def uneven_answer(
             top = max(lengths)
             if top < 2:
                 return None
-            if all(flatten_keeps(s, v, n) for s in lengths for v in inner):
+            if _flatten_all(lengths, inner, n):
                 out[m] = placement(o, outer)
                 sizes[d] = _chunks(lengths, n)
                 continue
@@ -409,7 +437,7 @@ def uneven_answer(
                 top = max(lengths)
                 if top < 2 or (min(lengths) < n and _ahead(kept, src, d)):
                     return None
-                if all(flatten_keeps(s, v, n) for s in lengths for v in inner):
+                if _flatten_all(lengths, inner, n):
                     out[m] = placement(targets[j], sf)
                     sizes[d] = _chunks(lengths, n)
                     kept[d] = (*_window(shape, src, d, 1), True)
@@ -428,7 +456,7 @@ def uneven_answer(
                 top = max(lengths)
                 if top < 2 or (min(lengths) < n and _ahead(kept, src, d)):
                     return None
-                if all(split_keeps(f, rows, n) for f in lengths if f):
+                if _split_all(lengths, rows, n):
                     out[m] = placement(targets[j], sf)
                     lengths = _chunks(lengths, n)
                     if len(lengths) > _MAX_SIZES:
@@ -451,7 +479,7 @@ def uneven_answer(
             top = max(lengths)
             if top < 2 or shape[d] < 2:
                 return None
-            if all(split_keeps(f, rest, n) for f in lengths if f):
+            if _split_all(lengths, rest, n):
                 out[m] = placement(targets[i], 1)
                 lengths = _chunks(lengths, n)
                 if len(lengths) > _MAX_SIZES:
