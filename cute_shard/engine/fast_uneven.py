@@ -15,12 +15,11 @@ order, with plain ints:
   sizes of the piece the chain has reached (the first; the next once every rank holds one
   row of it);
 - ``Shard``\\ s in a split of a flatten: either of the above, on the piece where the sharded
-  dim starts (:func:`_piece_of`). Other kept dims of the group whose sharded digits
-  (:func:`_window`) lie in that piece are read as in a flatten (:func:`_piece_flatten`;
-  in a split-like piece, only before the dim). Where kept mesh dims already shard the dim
-  or one before it and some rank holds fewer rows than the mesh dim has ranks, several
-  split factors give every rank the same elements and the fallback's order picks one: it
-  decides.
+  dim starts (:func:`_piece_of`). Other kept dims of the group whose sharded digits lie
+  in that piece are read as in a flatten (:func:`_piece_flatten`; in a split-like piece,
+  only before the dim). Where kept mesh dims already shard the dim or one before it and
+  some rank holds fewer rows than the mesh dim has ranks, several split factors give every
+  rank the same elements and the fallback's order picks one: it decides.
 
 A kept mesh dim gets the placement the group's structure predicts, which is the first
 candidate the fallback proves; a mesh dim that cannot keep its shard on the rank at
@@ -60,9 +59,12 @@ _MAX_SIZES = 64
 
 def _piece_of(
     shape: tuple[int, ...], src: tuple[int, ...], d: int, pieces: tuple[int, ...]
-) -> tuple[int, int, bool, int] | None:
+) -> tuple[int, int, bool, int, tuple[int, int], int, int] | None:
     """Where dim d of the flatten of ``src`` lands when it is split into ``pieces``:
-    ``(piece, split factor, flatten-like, rows)``, or None if not decided here.
+    ``(piece j, split factor, flatten-like, rows, window, lo, hi)``, or None if not decided
+    here. The digits are place values of the flat index: the piece holds ``[lo, hi)``, and
+    a kept shard of d splits ``window`` (all of d, or its first rows when split-like, as
+    every rank then holds whole rows).
 
     The flat index is ``(A, s, inner)`` (the dims before d, d, the dims after), and the
     pieces cut it too. The piece j where d starts (pieces before it of size Pb, with
@@ -99,22 +101,10 @@ def _piece_of(
     w = p // a
     ps = size // (pb * p)
     if w % s == 0 and inner % ps == 0 and w == s * (inner // ps):
-        return j, a, True, inner // ps
+        return j, a, True, inner // ps, (inner, inner * s), ps, ps * p
     if w >= 2 and s % w == 0 and ps == (s // w) * inner:
-        return j, a, False, s // w
+        return j, a, False, s // w, (ps, inner * s), ps, ps * p
     return None
-
-
-def _window(shape: tuple[int, ...], src: tuple[int, ...], d: int, rows: int) -> tuple[int, int]:
-    """The digits of the flat index of ``src`` that a kept shard of dim d splits, as
-    ``[lo, hi)`` place values: all of d, or (split-like, d = ``(w, rows)``) its first ``w``
-    rows, as every rank holds whole rows."""
-    lo = 1
-    for e in reversed(src):
-        if e == d:
-            break
-        lo *= shape[e]
-    return lo * rows, lo * shape[d]
 
 
 def _piece_flatten(
@@ -418,18 +408,14 @@ def uneven_answer(
             found = _piece_of(shape, src, d, pieces)
             if found is None:
                 return None
-            j, sf, flat, rows = found
+            j, sf, flat, rows, window, lo, hi = found
             kept = busy.setdefault(where[d], {})
-            lo = 1  # piece j holds the digits of place value [lo, hi) of the flat index
-            for q in pieces[j + 1 :]:
-                lo *= q
-            hi = lo * pieces[j]
             # A chain of Shards of d: each kept one reads d's local sizes so far, as in a
             # flatten (flatten-like piece) or a split (split-like: its first rows).
             if flat:
                 # The piece as a flatten: (sf rows, d, rows), where other kept dims of the
                 # group may lie inside the rows before d or after it (not across the piece).
-                read = _piece_flatten(kept, sizes, first, d, _window(shape, src, d, 1), lo, hi)
+                read = _piece_flatten(kept, sizes, first, d, window, lo, hi)
                 if read is None:
                     return None
                 sf, inner, at_zero = read
@@ -440,14 +426,13 @@ def uneven_answer(
                 if _flatten_all(lengths, inner, n):
                     out[m] = placement(targets[j], sf)
                     sizes[d] = _chunks(lengths, n)
-                    kept[d] = (*_window(shape, src, d, 1), True)
+                    kept[d] = (*window, True)
                     continue
                 if flatten_keeps(top, at_zero, n):
                     return None  # only ranks with other local sizes fail: the fallback decides
             else:
                 # The piece (sf rows, d's first rows): other kept dims may lie in the rows
                 # before d, whose local size is then the split factor.
-                window = _window(shape, src, d, rows)
                 read = _piece_flatten(kept, sizes, first, d, window, lo, hi)
                 if read is None:
                     return None
