@@ -39,7 +39,7 @@ they answer.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from itertools import combinations
 
 from torch import SymInt
@@ -439,24 +439,7 @@ def _group_moves(
     first = attempt(0)
     if first is None or not first[0]:
         return None  # (nothing fails: the hot path's routing should have kept it)
-    direct = first[0] & ~OPTIONAL
-    tried = [direct] if direct else [1 << m for _, m in sorted((mesh[m], m) for m, _ in steps)]
-    for moved in tried:
-        found = attempt(moved)
-        if found is None:
-            return None
-        if not found[0]:
-            return moved, found[1]
-    sharded = [m for m, _ in steps]
-    for subset in sorted(
-        (c for r in range(1, len(sharded) + 1) for c in combinations(sharded, r)),
-        key=lambda subset: _subset_cost(subset, direct, mesh),
-    ):
-        moved = 0
-        for m in subset:
-            moved |= 1 << m
-        if moved in tried:
-            continue
+    for moved in _search_order(first[0] & ~OPTIONAL, [m for m, _ in steps], mesh):
         found = attempt(moved)
         if found is None:
             return None
@@ -791,40 +774,30 @@ def search_moves(
         return None
     if not found[0]:  # no communication
         return tuple(placements), view.output(placements, found[1])
-    direct = found[0] & ~OPTIONAL
-    if direct:
-        steps = [direct]
-    else:
-        sharded = [
-            (mesh[m], m)
-            for m, p in enumerate(placements)
-            if type(p) is Shard or type(p) is _StridedShard
-        ]
-        sharded.sort()
-        steps = [1 << m for _, m in sharded]
-    for moved in steps:
-        answer = view.attempt(placements, moved)
-        if answer is not False:
-            return answer
-    # The rest of the search, in the general engine's order (rarely reached).
-    sharded_dims = [
-        m for m, p in enumerate(placements) if type(p) is Shard or type(p) is _StridedShard
-    ]
-
-    subsets = sorted(
-        (c for r in range(1, len(sharded_dims) + 1) for c in combinations(sharded_dims, r)),
-        key=lambda subset: _subset_cost(subset, direct, mesh),
-    )
-    for subset in subsets:
-        moved = 0
-        for m in subset:
-            moved |= 1 << m
-        if moved in steps:
-            continue
+    sharded = [m for m, p in enumerate(placements) if type(p) is Shard or type(p) is _StridedShard]
+    for moved in _search_order(found[0] & ~OPTIONAL, sharded, mesh):
         answer = view.attempt(placements, moved)
         if answer is not False:
             return answer
     return None
+
+
+def _search_order(direct: int, sharded: list[int], mesh: tuple[int, ...]) -> Iterator[int]:
+    """The general engine's order of the mesh dims to move (``propagate._least_to_move``),
+    as bit masks: the directly failing ones (``direct``) if any, else each sharded mesh dim
+    alone, smallest first; then every other subset of ``sharded`` by :func:`_subset_cost`
+    (sorted only if the search gets that far)."""
+    steps = [direct] if direct else [1 << m for _, m in sorted((mesh[m], m) for m in sharded)]
+    yield from steps
+    for subset in sorted(
+        (c for r in range(1, len(sharded) + 1) for c in combinations(sharded, r)),
+        key=lambda subset: _subset_cost(subset, direct, mesh),
+    ):
+        moved = 0
+        for m in subset:
+            moved |= 1 << m
+        if moved not in steps:
+            yield moved
 
 
 def _subset_cost(
