@@ -10,13 +10,15 @@ flat lists cannot hold.
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from torch.distributed.tensor.placement_types import Replicate, Shard, _StridedShard
 
 import cute_shard
 from bench.propagate_cases import BUILDERS, make_pool
 from cute_shard.engine import propagate as P
-from cute_shard.engine.fast import fast_answer, fast_propagate, leaf_propagate
+from cute_shard.engine.fast import _search_order, fast_answer, fast_propagate, leaf_propagate
 from cute_shard.engine.fast_uneven import uneven_answer
 from cute_shard.engine.sharded import normalize_placements, to_torch_placement
 from cute_shard.rules import parse_rule
@@ -194,3 +196,37 @@ def test_a_group_search_with_other_moves_is_left_to_the_search() -> None:
     want = ((R, R, R), (R, R, R))
     assert fast_answer(placements, shape, rule, mesh, None) == want
     assert _general(placements, shape, rule, mesh, None) == want
+
+
+def _general_order(direct: set[int], sharded: list[int], mesh: tuple[int, ...]) -> list[int]:
+    # The general engine's order (propagate._least_to_move), with sets: the directly failing
+    # mesh dims first if any, else single mesh dims smallest first; then every subset by
+    # (misses a directly failing one, how many others it adds, ranks, the subset).
+    def cost(subset: tuple[int, ...]) -> tuple[bool, int, int, tuple[int, ...]]:
+        size = 1
+        for m in subset:
+            size *= mesh[m]
+        return (len(direct - set(subset)) > 0, len(set(subset) - direct), size, subset)
+
+    subsets = sorted(
+        (c for r in range(1, len(sharded) + 1) for c in itertools.combinations(sharded, r)),
+        key=cost,
+    )
+    masks = [sum(1 << m for m in subset) for subset in subsets]
+    if direct:
+        first = [sum(1 << m for m in direct)]
+    else:
+        first = [1 << m for m in sorted(sharded, key=lambda m: (mesh[m], m))]
+    return first + [m for m in masks if m not in first]
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_search_order_is_the_general_engines(n: int) -> None:
+    for mesh in itertools.product((2, 3, 4), repeat=n):
+        for r in range(1, n + 1):
+            for sharded in itertools.combinations(range(n), r):
+                for k in range(len(sharded) + 1):
+                    for direct in itertools.combinations(sharded, k):
+                        mask = sum(1 << m for m in direct)
+                        got = list(_search_order(mask, list(sharded), mesh))
+                        assert got == _general_order(set(direct), list(sharded), mesh)

@@ -785,33 +785,29 @@ def search_moves(
 def _search_order(direct: int, sharded: list[int], mesh: tuple[int, ...]) -> Iterator[int]:
     """The general engine's order of the mesh dims to move (``propagate._least_to_move``),
     as bit masks: the directly failing ones (``direct``) if any, else each sharded mesh dim
-    alone, smallest first; then every other subset of ``sharded`` by :func:`_subset_cost`
-    (sorted only if the search gets that far)."""
-    steps = [direct] if direct else [1 << m for _, m in sorted((mesh[m], m) for m in sharded)]
+    alone, smallest first; then every other subset of ``sharded``: those holding every
+    directly failing mesh dim first, then the fewest others, then the fewest ranks (ranked
+    only if the search gets that far)."""
+    if direct:
+        steps = [direct]
+    else:
+        steps = [1 << m for _, m in sorted([(mesh[m], m) for m in sharded])]
     yield from steps
-    for subset in sorted(
-        (c for r in range(1, len(sharded) + 1) for c in combinations(sharded, r)),
-        key=lambda subset: _subset_cost(subset, direct, mesh),
-    ):
-        moved = 0
-        for m in subset:
-            moved |= 1 << m
-        if moved not in steps:
-            yield moved
-
-
-def _subset_cost(
-    subset: tuple[int, ...], direct: int, mesh: tuple[int, ...]
-) -> tuple[bool, int, int, tuple[int, ...]]:
-    """The general engine's order of the mesh dims to move (``propagate._least_to_move``):
-    subsets holding every directly failing mesh dim first, then the fewest others, then the
-    fewest ranks."""
-    mask = 0
-    size = 1
-    for m in subset:
-        mask |= 1 << m
-        size *= mesh[m]
-    return (direct & ~mask != 0, bin(mask & ~direct).count("1"), size, subset)
+    ranked = []
+    for r in range(1, len(sharded) + 1):
+        for subset in combinations(sharded, r):
+            mask = 0
+            size = 1
+            for m in subset:
+                mask |= 1 << m
+                size *= mesh[m]
+            if mask not in steps:
+                ranked.append(
+                    (direct & ~mask != 0, (mask & ~direct).bit_count(), size, subset, mask)
+                )
+    ranked.sort()
+    for cost in ranked:
+        yield cost[4]
 
 
 _REPLICATE = Replicate()
