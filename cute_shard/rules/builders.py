@@ -44,6 +44,7 @@ from .specs import (
     Broadcast,
     DimSpec,
     Flatten,
+    Group,
     InputDim,
     NewDim,
     Repeat,
@@ -51,6 +52,7 @@ from .specs import (
     Split,
     _broadcast_raw,
     _flatten_raw,
+    _grouped,
     _split_raw,
 )
 
@@ -257,7 +259,8 @@ def _infer_int(total: int, sizes: tuple[int, ...]) -> tuple[int, ...]:
 def _view_groups_int(from_shape: tuple[int, ...], to_shape: tuple[int, ...]) -> Rule:
     # Int-only twin of _view_groups_sym with comparisons inlined and specs
     # built unchecked (their invariants hold by construction here); keep the
-    # two in step -- tests check they agree on ints.
+    # two in step -- tests check they agree on ints. Without size-0 dims the
+    # rule is a GroupedRule: its groups are recorded as they are emitted.
     total = 1
     for s in from_shape:
         total *= s
@@ -267,6 +270,10 @@ def _view_groups_int(from_shape: tuple[int, ...], to_shape: tuple[int, ...]) -> 
     dtab = _INPUT_DIMS
     nf = len(from_shape)
     nt = len(to)
+    # The groups (see GroupedRule), recorded from the first Split on: a rule with no
+    # Split is quick for a propagator to scan, and is a plain tuple.
+    where: list[int] | None = None
+    groups: list[Group] = []
     fi = ti = 0
     while fi < nf or ti < nt:
         f0, t0 = fi, ti
@@ -307,10 +314,12 @@ def _view_groups_int(from_shape: tuple[int, ...], to_shape: tuple[int, ...]) -> 
         if ti == t0:
             continue  # trailing size-1 input dims: nothing to emit
         src: DimSpec
+        dims_of = ()  # (the input dims of a group of several)
         if fi - f0 == 1:
             src = (dtab[f0] if f0 < 64 else InputDim(f0)) if from_shape[f0] != 0 else SINGLETON
         elif f0 + 1 < fi <= 64 and 0 not in from_shape[f0:fi]:
-            src = _flatten_raw(dtab[f0:fi], tuple(range(f0, fi)))
+            dims_of = tuple(range(f0, fi))
+            src = _flatten_raw(dtab[f0:fi], dims_of)
         else:
             # Size-0 input dims are left out of the flatten, as torch does.
             dims = [dtab[i] if i < 64 else InputDim(i) for i in range(f0, fi) if from_shape[i] != 0]
@@ -319,6 +328,8 @@ def _view_groups_int(from_shape: tuple[int, ...], to_shape: tuple[int, ...]) -> 
                 SINGLETON if n_dims == 0 else dims[0] if n_dims == 1 else _flatten_raw(tuple(dims))
             )
         if ti - t0 == 1:
+            if where is not None:
+                _record(where, groups, f0, fi, dims_of, len(out))
             append(src)
             continue
         # Split.new(src, group, k) for every piece, with the size-1-free
@@ -327,16 +338,64 @@ def _view_groups_int(from_shape: tuple[int, ...], to_shape: tuple[int, ...]) -> 
         kept = tuple([s for s in group if s != 1])
         if len(kept) == 1:
             for s in group:
-                append(SINGLETON if s == 1 else src)
+                if s == 1:
+                    append(SINGLETON)
+                else:
+                    if where is not None:
+                        _record(where, groups, f0, fi, dims_of, len(out))
+                    append(src)
             continue
-        k = 0
-        for s in group:
-            if s == 1:
-                append(SINGLETON)
-            else:
+        if where is None:
+            where = _recorded(out, nf, groups) if out else [-1] * nf
+        if fi - f0 == 1:
+            where[f0] = -2 - len(groups)
+        else:
+            where[f0:fi] = [-2 - len(groups)] * (fi - f0)
+        o = len(out)
+        targets: Sequence[int]
+        if len(kept) == len(group):  # (no size-1 piece)
+            for k in range(len(kept)):
                 append(_split_raw(src, kept, k))
-                k += 1
-    return tuple(out)
+            targets = range(o, len(out))
+        else:
+            at = []
+            k = 0
+            for s in group:
+                if s == 1:
+                    append(SINGLETON)
+                else:
+                    at.append(len(out))
+                    append(_split_raw(src, kept, k))
+                    k += 1
+            targets = tuple(at)
+        groups.append((dims_of or (f0,), kept, targets))
+    if where is None or total == 0:
+        return tuple(out)
+    return _grouped(out, (from_shape, tuple(where), tuple(groups)))
+
+
+def _recorded(rule: list[DimSpec], ndim: int, groups: list[Group]) -> list[int]:
+    """``where`` for the output dims built before a rule's first ``Split`` (moved whole,
+    flattened or size-1), their ``Flatten`` groups appended to ``groups``."""
+    where = [-1] * ndim
+    for o, spec in enumerate(rule):
+        if type(spec) is InputDim:
+            where[spec.input_dim] = o
+        elif type(spec) is Flatten:
+            _record(where, groups, spec.dims[0], spec.dims[-1] + 1, spec.dims, o)
+    return where
+
+
+def _record(
+    where: list[int], groups: list[Group], f0: int, fi: int, dims: tuple[int, ...], o: int
+) -> None:
+    """Record the input dims ``f0 .. fi-1`` as output dim o (see ``GroupedRule``): one moved
+    whole, several a ``Flatten`` (``dims``), none a size-1 dim past the input's end."""
+    if fi - f0 == 1:
+        where[f0] = o
+    elif fi > f0:
+        where[f0:fi] = [-2 - len(groups)] * (fi - f0)
+        groups.append((dims, None, (o,)))
 
 
 def _view_groups_sym(from_shape: tuple[Size, ...], to_shape: tuple[Size, ...]) -> Rule:

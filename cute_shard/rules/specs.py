@@ -65,6 +65,8 @@ __all__ = [
     "Broadcast",
     "DimSpec",
     "Flatten",
+    "Group",
+    "GroupedRule",
     "InputDim",
     "NewDim",
     "Repeat",
@@ -386,6 +388,49 @@ def _broadcast_raw(dim: DimSpec, dim_size: int) -> Broadcast:
 
 Rule: TypeAlias = tuple[DimSpec, ...]
 """One DimSpec per output dim."""
+
+
+# One group of a rule: (input dims, output sizes or None, output dims) -- see GroupedRule.
+Group: TypeAlias = tuple[tuple[int, ...], tuple[int, ...] | None, Sequence[int]]
+
+
+class GroupedRule(tuple):  # type: ignore[type-arg]
+    """A rule (a tuple of DimSpecs) that also carries its group structure for one input
+    shape, read off while a builder made it. It is the same tuple: equal to it, hashing as it,
+    printed as it; a propagator may use the structure instead of re-deriving it, but only for
+    that shape.
+
+    ``table`` is ``(shape, where, groups)``:
+
+    - ``shape``: the input shape the rule was built for (ints >= 1);
+    - ``where``: per input dim, its output dim if the rule moves it whole (``InputDim``),
+      ``-2 - g`` if it is in group g, and -1 if the rule drops it (a size-1 dim);
+    - ``groups``: per group, ``(src, pieces, targets)``: a ``Flatten`` of the input dims
+      ``src`` (``pieces`` None, ``targets`` its output dim), or the ``Split``\\ s of the
+      flatten of ``src`` into ``pieces`` (``targets``: the output dim of each piece).
+
+    Post: each input dim is in one group, moved whole or dropped; each group's pieces
+    multiply to the product of its input sizes; ``rule[o]`` is the DimSpec the structure
+    says for every output dim o named in it. Read-only (attributes cannot be set).
+
+    >>> from cute_shard.rules import view_groups
+    >>> view_groups((2, 16, 6), (8, 4, 6)).table
+    ((2, 16, 6), (-2, -2, 2), (((0, 1), (8, 4), range(0, 2)),))
+    """
+
+    table: tuple[tuple[int, ...], tuple[int, ...], tuple[Group, ...]]
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"GroupedRule is read-only; cannot set {name!r}")
+
+
+def _grouped(
+    specs: list[DimSpec], table: tuple[tuple[int, ...], tuple[int, ...], tuple[Group, ...]]
+) -> GroupedRule:
+    """A GroupedRule without validation, for builders whose loop guarantees it."""
+    r = tuple.__new__(GroupedRule, specs)
+    _set(r, "table", table)
+    return r
 
 
 def format_rule(rule: Iterable[DimSpec]) -> str:
