@@ -25,6 +25,9 @@ tag is ``-1`` for a local sub-mode and the mesh dim for a gpu one.
 ``InputDim`` outputs carry their placements verbatim (the local op moves the dim whole), as
 in the general engine.
 
+A rule that carries its groups for this shape (a ``GroupedRule`` from ``view_groups``) is not
+scanned or checked: only the groups holding a sharded dim are routed (:func:`_grouped`).
+
 Where these flat lists give up (a mesh dim's gpu sub-mode in several pieces, as a ``Shard``
 after a ``_StridedShard`` of the same dim makes it) and for views that must move, the *leaf
 pass* (``_LeafPass``) runs the general engine's first attempt step for step on int leaves
@@ -51,7 +54,18 @@ from torch.distributed.tensor.placement_types import (
     _StridedShard,
 )
 
-from ..rules import Broadcast, DimSpec, Flatten, InputDim, NewDim, Repeat, Singleton, Split
+from ..rules import (
+    Broadcast,
+    DimSpec,
+    Flatten,
+    Group,
+    GroupedRule,
+    InputDim,
+    NewDim,
+    Repeat,
+    Singleton,
+    Split,
+)
 from .sizes import Size, is_static
 
 __all__ = [
@@ -117,6 +131,14 @@ def fast_propagate(
     for n in mesh:
         if type(n) is not int or n < 1:
             return None
+    if type(rule) is GroupedRule:  # (ints first: comparing a SymInt would guard)
+        for n in shape:
+            if type(n) is not int:
+                break
+        else:
+            table = rule.table
+            if table[0] == shape:
+                return _grouped(placements, shape, rule, table, mesh, complex_view, moved, parsed)
     # A rule that only moves, adds and drops dims relabels the placements (any sizes): the
     # output position of each input dim, -2 for a broadcast one, is read in the same scan
     # that looks for a Flatten, Split or Repeat.
@@ -144,17 +166,8 @@ def fast_propagate(
     for n in shape:
         if type(n) is not int or n < 1:
             return None
-    dims = _shard_dims(placements, ndim, mesh)
+    dims = _parse(placements, shape, rule, mesh, complex_view, parsed)
     if dims is None:
-        return None
-    if parsed is not None:
-        parsed.append(dims)
-    if (
-        complex_view is not False
-        and shape[-1] == 2
-        and (ndim - 1) in dims
-        and complex_pair_dim(rule, shape) is not None
-    ):
         return None
     out: list[Placement] = list(placements)
     used = 0
@@ -179,45 +192,8 @@ def fast_propagate(
         elif cls is Flatten:
             src = spec.dims  # type: ignore[attr-defined]
             used = _use(src, used, ndim)
-            if used < 0:
-                return None
-            hit = -1  # the one sharded dim of the group, -2 for several
-            for d in src:
-                if d in dims:
-                    if hit >= 0:
-                        hit = -2
-                        break
-                    hit = d
-            if hit == -1:  # only a group holding a sharded dim needs routing
-                continue
-            if hit >= 0 and (whole := _chain(dims[hit], mesh)):
-                # Shards of one dim on one or more mesh dims: sub-modes (dims before it, n0,
-                # n1, ..., the rest), so each reads the size of the dims before it as its
-                # split factor.
-                steps = dims[hit]
-                if shape[hit] % whole:  # uneven: only a lone Shard is decided here
-                    if (
-                        len(steps) != 1
-                        or moved is None
-                        or (complex_view is not False and complex_pair_dim(rule, shape) is not None)
-                    ):  # (view_as_complex flattens pairs: another size, another answer)
-                        return None
-                    keep = _one_shard_flatten(shape, src, hit, whole)
-                    if keep < 0:
-                        return None
-                    if not keep:
-                        moved[0] |= 1 << steps[0][0]
-                        out[steps[0][0]] = _REPLICATE
-                        continue
-                outer = 1
-                for d in src:
-                    if d == hit:
-                        break
-                    outer *= shape[d]
-                for m, _ in steps:
-                    out[m] = placement(o, outer)
-            elif not _route(shape, src, None, (o,), dims, mesh, out) and not _moves(
-                shape, src, None, (o,), dims, mesh, out, moved
+            if used < 0 or not _flatten_group(
+                shape, rule, src, o, dims, mesh, out, moved, complex_view
             ):
                 return None
         elif cls is Split:
@@ -242,6 +218,136 @@ def fast_propagate(
         for d in range(ndim):
             if not used >> d & 1 and (shape[d] != 1 or d in dims):
                 return None
+    if moved is not None and len(moved) > 1 and moved[0] != moved[1]:
+        return None  # (a group's search for what moves, and other moves: the search decides)
+    return tuple(out)
+
+
+def _parse(
+    placements: Sequence[Placement],
+    shape: tuple[int, ...],
+    rule: tuple[DimSpec, ...],
+    mesh: tuple[int, ...],
+    complex_view: bool | None,
+    parsed: list[dict[int, list[tuple[int, int]]]] | None,
+) -> dict[int, list[tuple[int, int]]] | None:
+    """:func:`_shard_dims` of static sizes (appended to ``parsed``), or None where the hot
+    path does not answer: a placement it does not know, or a rule view_as_complex may have
+    with the (real, imag) pairs dim sharded (view_as_complex needs whole pairs per rank)."""
+    ndim = len(shape)
+    dims = _shard_dims(placements, ndim, mesh)
+    if dims is None:
+        return None
+    if parsed is not None:
+        parsed.append(dims)
+    if (
+        complex_view is not False
+        and (ndim - 1) in dims
+        and shape[-1] == 2
+        and complex_pair_dim(rule, shape) is not None
+    ):
+        return None
+    return dims
+
+
+def _flatten_group(
+    shape: tuple[int, ...],
+    rule: tuple[DimSpec, ...],
+    src: tuple[int, ...],
+    o: int,
+    dims: dict[int, list[tuple[int, int]]],
+    mesh: tuple[int, ...],
+    out: list[Placement],
+    moved: list[int] | None,
+    complex_view: bool | None,
+) -> bool:
+    """Route the ``Flatten`` of the input dims ``src`` into output dim o (placements into
+    ``out``, moves into ``moved``); False where the hot path does not answer."""
+    hit = -1  # the one sharded dim of the group, -2 for several
+    for d in src:
+        if d in dims:
+            if hit >= 0:
+                hit = -2
+                break
+            hit = d
+    if hit == -1:  # only a group holding a sharded dim needs routing
+        return True
+    if hit >= 0 and (whole := _chain(dims[hit], mesh)):
+        # Shards of one dim on one or more mesh dims: sub-modes (dims before it, n0, n1, ...,
+        # the rest), so each reads the size of the dims before it as its split factor.
+        steps = dims[hit]
+        if shape[hit] % whole:  # uneven: only a lone Shard is decided here
+            if (
+                len(steps) != 1
+                or moved is None
+                or (complex_view is not False and complex_pair_dim(rule, shape) is not None)
+            ):  # (view_as_complex flattens pairs: another size, another answer)
+                return False
+            keep = _one_shard_flatten(shape, src, hit, whole)
+            if keep < 0:
+                return False
+            if not keep:
+                moved[0] |= 1 << steps[0][0]
+                out[steps[0][0]] = _REPLICATE
+                return True
+        outer = 1
+        for d in src:
+            if d == hit:
+                break
+            outer *= shape[d]
+        for m, _ in steps:
+            out[m] = placement(o, outer)
+        return True
+    return _route(shape, src, None, (o,), dims, mesh, out) or _moves(
+        shape, src, None, (o,), dims, mesh, out, moved
+    )
+
+
+def _grouped(
+    placements: Sequence[Placement],
+    shape: tuple[int, ...],
+    rule: GroupedRule,
+    table: tuple[tuple[int, ...], tuple[int, ...], tuple[Group, ...]],
+    mesh: tuple[int, ...],
+    complex_view: bool | None,
+    moved: list[int] | None,
+    parsed: list[dict[int, list[tuple[int, int]]]] | None,
+) -> tuple[Placement, ...] | None:
+    """:func:`fast_propagate` for a rule that carries its groups for this shape (a
+    :class:`GroupedRule`, valid by construction): no rule to scan or check, and only the
+    groups holding a sharded dim are routed, each once. (``table``: the rule's, for this
+    shape, whose sizes are ints >= 1.)
+
+    The groups are routed in the order of the sharded dims, not the rule's: the answer is
+    the same, since each group writes only its own mesh dims, and two groups that both move
+    something give None in either order (a group search refuses after another move, or the
+    final check sees the other's bits)."""
+    dims = _parse(placements, shape, rule, mesh, complex_view, parsed)
+    if dims is None:
+        return None
+    out: list[Placement] = list(placements)
+    _, where, groups = table
+    done = 0  # the groups routed
+    for d, steps in dims.items():
+        w = where[d]
+        if w >= 0:  # moved whole: relabelled
+            for m, sf in steps:
+                out[m] = placement(w, sf)
+            continue
+        if w == -1:
+            return None  # a sharded dim the rule drops: the general engine's error
+        g = -2 - w
+        if done >> g & 1:
+            continue
+        done |= 1 << g
+        src, pieces, targets = groups[g]
+        if pieces is None:
+            if not _flatten_group(
+                shape, rule, src, targets[0], dims, mesh, out, moved, complex_view
+            ):
+                return None
+        elif not _split_routes(shape, src, pieces, targets, dims, mesh, out, moved):
+            return None
     if moved is not None and len(moved) > 1 and moved[0] != moved[1]:
         return None  # (a group's search for what moves, and other moves: the search decides)
     return tuple(out)
@@ -326,14 +432,30 @@ def _split_group(
         seen |= 1 << split_id
     if seen != (1 << len(pieces)) - 1:  # not every piece once: the general engine's error
         return -1
+    targets = [0] * len(pieces)
+    for split_id, o in ids:
+        targets[split_id] = o
+    return used if _split_routes(shape, src, pieces, targets, dims, mesh, out, moved) else -1
+
+
+def _split_routes(
+    shape: tuple[int, ...],
+    src: tuple[int, ...],
+    pieces: tuple[int, ...],
+    targets: Sequence[int],
+    dims: dict[int, list[tuple[int, int]]],
+    mesh: tuple[int, ...],
+    out: list[Placement],
+    moved: list[int] | None,
+) -> bool:
+    """Route the flatten of the input dims ``src`` split into ``pieces`` (output dims
+    ``targets``; placements into ``out``, moves into ``moved``); False where the hot path
+    does not answer."""
     for d in src:
         if d in dims:  # only a group holding a sharded dim needs routing
             break
     else:
-        return used
-    targets = [0] * len(pieces)
-    for split_id, o in ids:
-        targets[split_id] = o
+        return True
     if len(src) == 1:
         steps = dims[src[0]]
         whole = _chain(steps, mesh)
@@ -343,21 +465,23 @@ def _split_group(
             if pieces[0] % whole == 0:
                 for m, _ in steps:
                     out[m] = placement(targets[0], 1)
-                return used
+                return True
             if len(steps) == 1:  # a lone Shard can only be the first piece's
-                keep = -1 if moved is None else _one_shard_split(total, pieces[0], whole)
+                if moved is None:
+                    return False
+                keep = _one_shard_split(shape[src[0]], pieces[0], whole)
                 if keep < 0:
-                    return -1
+                    return False
                 m = steps[0][0]
                 if keep:
                     out[m] = placement(targets[0], 1)
                 else:
                     moved[0] |= 1 << m
                     out[m] = _REPLICATE
-                return used
+                return True
     if _route(shape, src, pieces, targets, dims, mesh, out):
-        return used
-    return used if _moves(shape, src, pieces, targets, dims, mesh, out, moved) else -1
+        return True
+    return _moves(shape, src, pieces, targets, dims, mesh, out, moved)
 
 
 def _moves(

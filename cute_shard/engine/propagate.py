@@ -71,7 +71,7 @@ def propagate_shape_and_sharding(
     """
     shape = global_shape if type(global_shape) is tuple else tuple(global_shape)
     mesh = mesh_shape if type(mesh_shape) is tuple else tuple(mesh_shape)
-    given = rule if type(rule) is tuple else tuple(rule)
+    given = rule if isinstance(rule, tuple) else tuple(rule)
     # The common even, zero-communication view. The hot path answers only for cute_shard's
     # own DimSpecs (it tests their exact types), so it runs before any conversion.
     # Outside strict views it also answers a lone Shard of a group that must move.

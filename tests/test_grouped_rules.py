@@ -1,0 +1,96 @@
+"""The hot path reads a ``GroupedRule``'s groups instead of scanning and checking the rule.
+
+That path must give exactly what the scan gives on the same rule as a plain tuple (the
+answer, the mesh dims that move when it answers, the placements it parsed), and must only be
+taken for the shape the rule was built for.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+from torch._dynamo.source import ConstantSource
+from torch.distributed.tensor.placement_types import Partial, Replicate, Shard, _StridedShard
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+from cute_shard import propagate_shape_and_sharding as propagate
+from cute_shard.engine.fast import fast_propagate
+from cute_shard.rules import GroupedRule, view_groups
+
+VIEWS = [
+    ((24,), (2, 12)),
+    ((24,), (2, 3, 4)),
+    ((24, 64), (2, 12, 8, 8)),
+    ((6, 4, 32), (24, 4, 8)),
+    ((2, 16, 6), (8, 4, 6)),
+    ((4, 6, 8), (4, 2, 3, 8)),
+    ((12, 1, 8), (3, 4, 1, 8)),
+    ((8, 6), (2, 4, 1, 6)),
+    ((3, 8, 2), (6, 4, 2)),
+    ((16, 2), (4, 4, 2)),
+    ((2, 3, 4), (6, 2, 2)),
+    ((18, 4), (9, 2, 4)),
+]
+MESHES = [(2,), (4,), (2, 2), (2, 3), (4, 2), (2, 2, 2)]
+
+
+def _placements(ndim: int, mesh: tuple[int, ...]) -> list[tuple[Any, ...]]:
+    choices: list[Any] = [Replicate(), Partial()]
+    for d in range(ndim):
+        choices += [Shard(d), _StridedShard(d, split_factor=2), _StridedShard(d, split_factor=3)]
+    return list(itertools.product(choices, repeat=len(mesh)))
+
+
+def _outcome(fn: Any, *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except (ValueError, RuntimeError) as e:
+        return type(e).__name__
+
+
+@pytest.mark.parametrize("view", VIEWS, ids=str)
+def test_the_grouped_path_is_the_scan(view: tuple[tuple[int, ...], tuple[int, ...]]) -> None:
+    shape, new = view
+    rule = view_groups(shape, new)
+    assert type(rule) is GroupedRule
+    plain = tuple(rule)
+    answered = 0
+    for mesh in MESHES:
+        for placements in _placements(len(shape), mesh):
+            for complex_view in (None, False):
+                runs = []
+                for r in (rule, plain):
+                    moved, parsed = [0], []
+                    out = fast_propagate(placements, shape, r, mesh, complex_view, moved, parsed)
+                    runs.append((out, moved if out is not None else None, parsed))
+                assert runs[0] == runs[1], (placements, mesh, complex_view)
+                answered += runs[0][0] is not None
+            assert _outcome(propagate, placements, shape, rule, mesh) == _outcome(
+                propagate, placements, shape, plain, mesh
+            )
+    assert answered > 50
+
+
+def test_a_rule_given_another_shape_is_scanned() -> None:
+    rule = view_groups((4, 6), (2, 2, 6))  # the table holds for (4, 6) only
+    placements = (Shard(0),)
+    for shape in [(6, 4), (2, 12), (4, 6, 1)]:
+        assert fast_propagate(placements, shape, rule, (2,), None) == fast_propagate(
+            placements, shape, tuple(rule), (2,), None
+        )
+        assert _outcome(propagate, placements, shape, rule, (2,)) == _outcome(
+            propagate, placements, shape, tuple(rule), (2,)
+        )
+    with pytest.raises(ValueError):
+        propagate(placements, (6, 4), rule, (2,))
+
+
+def test_symbolic_sizes_are_not_compared_with_the_table() -> None:
+    # Comparing a SymInt with an int would install a guard: the table is only read for ints.
+    env = ShapeEnv(duck_shape=False)
+    s0 = env.create_symintnode(env.create_symbol(4, ConstantSource("s0")), hint=4)
+    rule = view_groups((4, 6), (2, 2, 6))
+    assert fast_propagate((Shard(1),), (s0, 6), rule, (2,), None) is None
+    assert list(env.guards) == []
