@@ -17,6 +17,7 @@ from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 from cute_shard import propagate_shape_and_sharding as propagate
 from cute_shard.engine.fast import fast_propagate
+from cute_shard.engine.fast_uneven import uneven_answer
 from cute_shard.rules import GroupedRule, view_groups
 
 VIEWS = [
@@ -94,3 +95,30 @@ def test_symbolic_sizes_are_not_compared_with_the_table() -> None:
     rule = view_groups((4, 6), (2, 2, 6))
     assert fast_propagate((Shard(1),), (s0, 6), rule, (2,), None) is None
     assert list(env.guards) == []
+
+
+UNEVEN_VIEWS = [
+    ((15,), (3, 5)),
+    ((21, 4), (3, 7, 4)),
+    ((6, 5), (2, 15)),
+    ((9, 10), (3, 30)),
+    ((5, 6, 7), (5, 3, 14)),
+    ((7, 6), (7, 2, 3)),
+    ((10, 3), (2, 5, 3)),
+]
+
+
+@pytest.mark.parametrize("view", UNEVEN_VIEWS, ids=str)
+def test_the_uneven_path_reads_the_same_groups(view: tuple[tuple[int, ...], ...]) -> None:
+    shape, new = view
+    rule = view_groups(shape, new)
+    assert type(rule) is GroupedRule
+    plain = tuple(rule)
+    answered = 0
+    for mesh in [(2,), (4,), (2, 2), (2, 3), (4, 2)]:
+        for placements in _placements(len(shape), mesh):
+            for strict in (False, True):
+                got = uneven_answer(placements, shape, rule, mesh, None, strict)
+                assert got == uneven_answer(placements, shape, plain, mesh, None, strict)
+                answered += got is not None
+    assert answered > 10

@@ -30,6 +30,9 @@ outside an ``InputDim``, a kept dim's digits across a piece's bounds, a rule tha
 that depends on ranks with other local sizes, a malformed rule, and every view a layout can
 express (those go through the layout search, whose choices differ).
 
+The groups are read off a ``GroupedRule``'s table when the rule is one for this shape, else
+off the rule (:func:`_rule_groups`, which also checks it).
+
 ``tests/test_fast_uneven.py`` and the fast-path property tests check it against the fallback.
 """
 
@@ -45,7 +48,17 @@ from torch.distributed.tensor.placement_types import (
     _StridedShard,
 )
 
-from ..rules import Broadcast, DimSpec, Flatten, InputDim, NewDim, Singleton, Split
+from ..rules import (
+    Broadcast,
+    DimSpec,
+    Flatten,
+    Group,
+    GroupedRule,
+    InputDim,
+    NewDim,
+    Singleton,
+    Split,
+)
 from .fast import complex_pair_dim, flatten_keeps, placement, split_keeps, static_sizes
 
 __all__ = ["uneven_answer"]
@@ -253,37 +266,26 @@ def _parsed_dims(
     return dims if uneven else None
 
 
-def uneven_answer(
-    placements: Sequence[Placement],
-    shape: tuple[int, ...],
-    rule: tuple[DimSpec, ...],
-    mesh: tuple[int, ...],
-    complex_view: bool | None,
-    strict: bool = False,
-    parsed: dict[int, list[tuple[int, int]]] | None = None,
-) -> tuple[tuple[Placement, ...], tuple[Placement, ...]] | None:
-    """``(input target, output)`` as the uneven fallback gives them, or None (see the module
-    docstring). With ``strict`` only an answer that moves nothing is given. ``parsed``: the
-    placements as ``fast_propagate`` parsed them, if it did (the sizes are then static)."""
-    if parsed is not None:
-        dims = _parsed_dims(shape, mesh, parsed)
-    else:
-        dims = _uneven_dims(placements, shape, mesh)
-    if dims is None:
-        return None
+# Per input dim its kind and where (_INPUT/_FLAT: the output dim; _SPLIT: index into the
+# splits), the input dims of each Flatten output dim, and per split (src, pieces, targets).
+Groups = tuple[
+    list[int],
+    list[int],
+    dict[int, tuple[int, ...]],
+    list[tuple[tuple[int, ...], tuple[int, ...], Sequence[int]]],
+]
+
+
+def _rule_groups(rule: tuple[DimSpec, ...], shape: tuple[int, ...]) -> Groups | None:
+    """The rule's :data:`Groups`, or None if this path does not answer (a malformed rule, one
+    that does not match the shape, a DimSpec it does not know)."""
     ndim = len(shape)
-    # A rule view_as_complex may have is read as the real view's. For view_as_complex
-    # itself that is another answer; when the op is unknown the answer must hold for both,
-    # which the real view's does while the (real, imag) pairs dim is not sharded.
-    if (complex_view or (complex_view is None and (ndim - 1) in dims)) and complex_pair_dim(
-        rule, shape
-    ) is not None:
-        return None
-    # The groups: kind, output dim(s) and sources of every input dim.
     kind = [-1] * ndim
     where = [0] * ndim  # _INPUT/_FLAT: the output dim; _SPLIT: index into `splits`
     flats: dict[int, tuple[int, ...]] = {}  # output dim of a Flatten: its input dims
-    splits: list[tuple[tuple[int, ...], tuple[int, ...], list[int]]] = []  # src, pieces, targets
+    splits: list[
+        tuple[tuple[int, ...], tuple[int, ...], Sequence[int]]
+    ] = []  # src, pieces, targets
     for o, spec in enumerate(rule):
         cls = type(spec)
         if cls is InputDim:
@@ -314,7 +316,7 @@ def uneven_answer(
                 splits.append((src, pieces, [-1] * len(pieces)))
             elif kind[d] != _SPLIT or splits[where[d]][:2] != (src, pieces):
                 return None
-            targets = splits[where[d]][2]
+            targets = splits[where[d]][2]  # type: ignore[assignment]
             i = spec.split_id  # type: ignore[attr-defined]
             if not 0 <= i < len(targets) or targets[i] != -1:
                 return None
@@ -347,6 +349,70 @@ def uneven_answer(
             total //= shape[d]
         if total != 1 or -1 in targets:
             return None
+    return kind, where, flats, splits
+
+
+def _table_groups(
+    table: tuple[tuple[int, ...], tuple[int, ...], tuple[Group, ...]],
+) -> Groups:
+    """:data:`Groups` read off a ``GroupedRule``'s table (valid for its shape)."""
+    _, at, groups = table
+    kind = [-1] * len(at)
+    where = [0] * len(at)
+    flats: dict[int, tuple[int, ...]] = {}
+    splits: list[tuple[tuple[int, ...], tuple[int, ...], Sequence[int]]] = []
+    for d, w in enumerate(at):
+        if w >= 0:
+            kind[d] = _INPUT
+            where[d] = w
+    for src, pieces, targets in groups:
+        if pieces is None:
+            flats[targets[0]] = src
+            for d in src:
+                kind[d] = _FLAT
+                where[d] = targets[0]
+        else:
+            for d in src:
+                kind[d] = _SPLIT
+                where[d] = len(splits)
+            splits.append((src, pieces, targets))
+    return kind, where, flats, splits
+
+
+def uneven_answer(
+    placements: Sequence[Placement],
+    shape: tuple[int, ...],
+    rule: tuple[DimSpec, ...],
+    mesh: tuple[int, ...],
+    complex_view: bool | None,
+    strict: bool = False,
+    parsed: dict[int, list[tuple[int, int]]] | None = None,
+) -> tuple[tuple[Placement, ...], tuple[Placement, ...]] | None:
+    """``(input target, output)`` as the uneven fallback gives them, or None (see the module
+    docstring). With ``strict`` only an answer that moves nothing is given. ``parsed``: the
+    placements as ``fast_propagate`` parsed them, if it did (the sizes are then static)."""
+    if parsed is not None:
+        dims = _parsed_dims(shape, mesh, parsed)
+    else:
+        dims = _uneven_dims(placements, shape, mesh)
+    if dims is None:
+        return None
+    ndim = len(shape)
+    # A rule view_as_complex may have is read as the real view's. For view_as_complex
+    # itself that is another answer; when the op is unknown the answer must hold for both,
+    # which the real view's does while the (real, imag) pairs dim is not sharded.
+    if (complex_view or (complex_view is None and (ndim - 1) in dims)) and complex_pair_dim(
+        rule, shape
+    ) is not None:
+        return None
+    # The groups: kind, output dim(s) and sources of every input dim.
+    if type(rule) is GroupedRule and rule.table[0] == shape:  # (the sizes are ints here)
+        groups = _table_groups(rule.table)
+    else:
+        groups = _rule_groups(rule, shape)
+        if groups is None:
+            return None
+    kind, where, flats, splits = groups
     # Mesh dims in order: keep or replicate.
     sizes: dict[int, set[int]] = {}  # local sizes of the dims kept mesh dims shard
     first: dict[int, set[int]] = {}  # split groups: local sizes of the piece a chain is at
