@@ -16,7 +16,7 @@ from torch.distributed.tensor.placement_types import Partial, Replicate, Shard, 
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 from cute_shard import propagate_shape_and_sharding as propagate
-from cute_shard.engine.fast import fast_propagate
+from cute_shard.engine.fast import fast_propagate, leaf_propagate, search_moves
 from cute_shard.engine.fast_uneven import uneven_answer
 from cute_shard.rules import GroupedRule, view_groups
 
@@ -122,3 +122,20 @@ def test_the_uneven_path_reads_the_same_groups(view: tuple[tuple[int, ...], ...]
                 assert got == uneven_answer(placements, shape, plain, mesh, None, strict)
                 answered += got is not None
     assert answered > 10
+
+
+@pytest.mark.parametrize("view", VIEWS[:8], ids=str)
+def test_the_leaf_pass_reads_the_same_groups(view: tuple[tuple[int, ...], ...]) -> None:
+    shape, new = view
+    rule = view_groups(shape, new)
+    plain = tuple(rule)
+    searched = 0
+    for mesh in [(2, 2), (2, 3), (4, 2), (2, 2, 2)]:
+        for placements in _placements(len(shape), mesh):
+            got = search_moves(placements, shape, rule, mesh, None)
+            assert got == search_moves(placements, shape, plain, mesh, None)
+            assert leaf_propagate(placements, shape, rule, mesh, None) == leaf_propagate(
+                placements, shape, plain, mesh, None
+            )
+            searched += got is not None and got[0] != placements
+    assert searched > 3

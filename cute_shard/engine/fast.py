@@ -80,6 +80,7 @@ __all__ = [
     "search_moves",
     "split_keeps",
     "static_sizes",
+    "table_for",
 ]
 
 LOCAL = -1
@@ -131,14 +132,8 @@ def fast_propagate(
     for n in mesh:
         if type(n) is not int or n < 1:
             return None
-    if type(rule) is GroupedRule:  # (ints first: comparing a SymInt would guard)
-        for n in shape:
-            if type(n) is not int:
-                break
-        else:
-            table = rule.table
-            if table[0] == shape:
-                return _grouped(placements, shape, rule, table, mesh, complex_view, moved, parsed)
+    if type(rule) is GroupedRule and (table := table_for(rule, shape)) is not None:
+        return _grouped(placements, shape, rule, table, mesh, complex_view, moved, parsed)
     # A rule that only moves, adds and drops dims relabels the placements (any sizes): the
     # output position of each input dim, -2 for a broadcast one, is read in the same scan
     # that looks for a Flatten, Split or Repeat.
@@ -221,6 +216,20 @@ def fast_propagate(
     if moved is not None and len(moved) > 1 and moved[0] != moved[1]:
         return None  # (a group's search for what moves, and other moves: the search decides)
     return tuple(out)
+
+
+def table_for(
+    rule: tuple[DimSpec, ...], shape: tuple[Size, ...]
+) -> tuple[tuple[int, ...], tuple[int, ...], tuple[Group, ...]] | None:
+    """The groups ``rule`` carries if it is a ``GroupedRule`` built for ``shape``, else None.
+    (The sizes' types are checked first: comparing a SymInt with an int would guard.)"""
+    if type(rule) is not GroupedRule:
+        return None
+    for n in shape:
+        if type(n) is not int:
+            return None
+    table: tuple[tuple[int, ...], tuple[int, ...], tuple[Group, ...]] = rule.table
+    return table if table[0] == shape else None
 
 
 def _parse(
@@ -1037,7 +1046,8 @@ class _LeafPass:
             dims = _shard_dims(placements, len(shape), mesh)
             if dims is None:
                 return None
-        groups = _leaf_groups(shape, rule)
+        table = table_for(rule, shape)
+        groups = _leaf_groups(shape, rule) if table is None else _table_leaf_groups(table)
         if groups is None:
             return None
         pairs = 0
@@ -1209,6 +1219,18 @@ def _leaf_groups(shape: tuple[int, ...], rule: tuple[DimSpec, ...]) -> list[_Gro
         if not used >> d & 1 and shape[d] != 1:
             return None
     return groups
+
+
+def _table_leaf_groups(
+    table: tuple[tuple[int, ...], tuple[int, ...], tuple[Group, ...]],
+) -> list[_Group]:
+    """:func:`_leaf_groups` read off a ``GroupedRule``'s table (valid for its shape; the
+    order of the groups does not matter to the pass)."""
+    _, where, groups = table
+    out: list[_Group] = [((d,), (o,), None, True) for d, o in enumerate(where) if o >= 0]
+    for src, pieces, targets in groups:
+        out.append((src, tuple(targets), pieces, False))
+    return out
 
 
 def _split_source(

@@ -53,13 +53,19 @@ from ..rules import (
     DimSpec,
     Flatten,
     Group,
-    GroupedRule,
     InputDim,
     NewDim,
     Singleton,
     Split,
 )
-from .fast import complex_pair_dim, flatten_keeps, placement, split_keeps, static_sizes
+from .fast import (
+    complex_pair_dim,
+    flatten_keeps,
+    placement,
+    split_keeps,
+    static_sizes,
+    table_for,
+)
 
 __all__ = ["uneven_answer"]
 
@@ -406,8 +412,9 @@ def uneven_answer(
     ) is not None:
         return None
     # The groups: kind, output dim(s) and sources of every input dim.
-    if type(rule) is GroupedRule and rule.table[0] == shape:  # (the sizes are ints here)
-        groups = _table_groups(rule.table)
+    table = table_for(rule, shape)
+    if table is not None:
+        groups = _table_groups(table)
     else:
         groups = _rule_groups(rule, shape)
         if groups is None:
