@@ -18,7 +18,15 @@ from torch.distributed.tensor.placement_types import Replicate, Shard, _StridedS
 import cute_shard
 from bench.propagate_cases import BUILDERS, make_pool
 from cute_shard.engine import propagate as P
-from cute_shard.engine.fast import _search_order, fast_answer, fast_propagate, leaf_propagate
+from cute_shard.engine.fast import (
+    _chain_pieces,
+    _leaves,
+    _route_leaves,
+    _search_order,
+    fast_answer,
+    fast_propagate,
+    leaf_propagate,
+)
 from cute_shard.engine.fast_uneven import uneven_answer
 from cute_shard.engine.sharded import normalize_placements, to_torch_placement
 from cute_shard.rules import parse_rule
@@ -230,3 +238,41 @@ def test_search_order_is_the_general_engines(n: int) -> None:
                         mask = sum(1 << m for m in direct)
                         got = list(_search_order(mask, list(sharded), mesh))
                         assert got == _general_order(set(direct), list(sharded), mesh)
+
+
+def _splits(total: int) -> list[tuple[int, ...]]:
+    """Every way to split ``total`` into 2 or 3 pieces of size >= 2."""
+    out = []
+    for a in range(2, total):
+        if total % a == 0:
+            out.append((a, total // a))
+            rest = total // a
+            out += [(a, b, rest // b) for b in range(2, rest) if rest % b == 0]
+    return out
+
+
+def test_chain_pieces_are_the_leaf_routing() -> None:
+    # _chain_pieces is _route_leaves on a chain of Shards' leaves, with plain ints.
+    checked = 0
+    for mesh in [(2, 3), (3, 2), (2, 2), (4, 2), (2, 2, 2), (2, 3, 2), (4, 4)]:
+        for r in range(1, len(mesh) + 1):
+            for kept in itertools.combinations(range(len(mesh)), r):
+                whole = 1
+                for m in kept:
+                    whole *= mesh[m]
+                for rest in (1, 2, 3, 4, 6, 8):
+                    length = whole * rest
+                    for pieces in _splits(length):
+                        targets = tuple(range(5, 5 + len(pieces)))
+                        steps = [(m, 1) for m in kept]
+                        leaves = _leaves(length, steps, mesh)
+                        want = _route_leaves(leaves, pieces, targets, len(mesh))
+                        got = _chain_pieces(length, list(kept), mesh, pieces, targets)
+                        assert (got[0], sorted(got[1])) == (want[0], sorted(want[1])), (
+                            length,
+                            kept,
+                            mesh,
+                            pieces,
+                        )
+                        checked += 1
+    assert checked > 1000

@@ -560,25 +560,82 @@ def _group_moves(
     attempt's directly failing mesh dims, else each single mesh dim, smallest first, then
     the other subsets by cost."""
 
-    def attempt(moved: int) -> tuple[int, list[tuple[int, Placement]]] | None:
-        kept = [step for step in steps if not moved >> step[0] & 1]
+    chain = pieces is not None and len(src) == 1 and _chain(steps, mesh) != 0
+    order = None
+    moved = 0
+    while True:
+        kept = [step for step in steps if not moved >> step[0] & 1] if moved else steps
+        found: tuple[int, list[tuple[int, Placement]]] | None
         if not kept:
-            return 0, []
-        leaves = _leaves(shape[d], kept, mesh)
-        if leaves is None:
-            return None
-        return _route_leaves(_group(shape, {d: leaves}, src), pieces, targets, len(mesh))
-
-    first = attempt(0)
-    if first is None or not first[0]:
-        return None  # (nothing fails: the hot path's routing should have kept it)
-    for moved in _search_order(first[0] & ~OPTIONAL, [m for m, _ in steps], mesh):
-        found = attempt(moved)
-        if found is None:
-            return None
-        if not found[0]:
+            found = 0, []
+        elif chain:
+            found = _chain_pieces(shape[d], [m for m, _ in kept], mesh, pieces, targets)
+        else:
+            leaves = _leaves(shape[d], kept, mesh)
+            if leaves is None:
+                return None
+            found = _route_leaves(_group(shape, {d: leaves}, src), pieces, targets, len(mesh))
+        if order is None:  # the first attempt: nothing moved
+            if not found[0]:
+                return None  # (nothing fails: the hot path's routing should have kept it)
+            order = _search_order(found[0] & ~OPTIONAL, [m for m, _ in steps], mesh)
+        elif not found[0]:
             return moved, found[1]
-    return None
+        moved = next(order, -1)
+        if moved < 0:
+            return None
+
+
+def _chain_pieces(
+    length: int,
+    kept: list[int],
+    mesh: tuple[int, ...],
+    pieces: tuple[int, ...],
+    targets: Sequence[int],
+) -> tuple[int, list[tuple[int, Placement]]]:
+    """:func:`_route_leaves` for one dim of ``length`` sharded by a chain of ``Shard``\\ s on
+    the mesh dims ``kept`` (in mesh order) and split into ``pieces``, with plain ints. The
+    leaves, fastest first, are the rest and then one per mesh dim, last to first; so within
+    a piece the leaves slower than a mesh dim's are earlier mesh dims', which makes every
+    piece readable and each mesh dim that lands whole in piece j ``Shard(targets[j])``.
+    Routing (innermost piece first, a piece stops the group at its first problem) and the
+    failure mask are :func:`_take_pieces`'s."""
+    sizes = [mesh[m] for m in reversed(kept)]
+    tags = kept[::-1]
+    whole = 1
+    for n in sizes:
+        whole *= n
+    if length != whole:
+        sizes.insert(0, length // whole)
+        tags.insert(0, LOCAL)
+    at: dict[int, int] = {}  # the piece of each mesh dim's leaf (or leaves)
+    split = 0  # mesh dims whose leaf is cut between pieces
+    i = 0
+    for j in range(len(pieces) - 1, -1, -1):
+        q = pieces[j]
+        p = 1
+        while p != q:
+            if i >= len(sizes):
+                return OPTIONAL, []  # the sub-modes do not fill the piece
+            s = sizes[i]
+            t = tags[i]
+            if q % (p * s) == 0:
+                p *= s
+                i += 1
+                if t != LOCAL:
+                    if at.setdefault(t, j) != j:
+                        split |= 1 << t
+                continue
+            if q % p == 0 and s % (q // p) == 0:
+                sizes[i] = s // (q // p)
+                p = q
+                if t != LOCAL:  # (the rest of its leaf goes to an outer piece: cut)
+                    at.setdefault(t, j)
+                break
+            return (OPTIONAL if t == LOCAL else 1 << t), []
+    if split:
+        return split, []
+    return 0, [(m, placement(targets[at[m]], 1)) for m in kept]
 
 
 def flatten_keeps(s: int, inner: int, n: int) -> bool:
