@@ -74,6 +74,17 @@ def test_the_grouped_path_is_the_scan(view: tuple[tuple[int, ...], tuple[int, ..
     assert answered > 50
 
 
+def test_views_of_more_than_64_dims() -> None:
+    shape = (4,) + (1,) * 62 + (2, 2, 3)  # (a Flatten of dims 1..65: built the other way)
+    rule = view_groups(shape, (2, 2, 12))
+    assert type(rule) is GroupedRule
+    for placements in [(Shard(64),), (Shard(0),), (Shard(63), Shard(0)), (Shard(0), Shard(65))]:
+        mesh = (2,) * len(placements)
+        got = propagate(placements, shape, rule, mesh)
+        assert got == propagate(placements, shape, tuple(rule), mesh)
+    assert propagate((Shard(64),), shape, rule, (2,))[1] == (_StridedShard(2, split_factor=2),)
+
+
 def test_a_rule_given_another_shape_is_scanned() -> None:
     rule = view_groups((4, 6), (2, 2, 6))  # the table holds for (4, 6) only
     placements = (Shard(0),)

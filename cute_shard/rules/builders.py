@@ -259,8 +259,8 @@ def _infer_int(total: int, sizes: tuple[int, ...]) -> tuple[int, ...]:
 def _view_groups_int(from_shape: tuple[int, ...], to_shape: tuple[int, ...]) -> Rule:
     # Int-only twin of _view_groups_sym with comparisons inlined and specs
     # built unchecked (their invariants hold by construction here); keep the
-    # two in step -- tests check they agree on ints. Without size-0 dims the
-    # rule is a GroupedRule: its groups are recorded as they are emitted.
+    # two in step -- tests check they agree on ints. A rule with a Split and no
+    # size-0 dim is a GroupedRule: its groups are recorded as they are emitted.
     total = 1
     for s in from_shape:
         total *= s
@@ -327,6 +327,7 @@ def _view_groups_int(from_shape: tuple[int, ...], to_shape: tuple[int, ...]) -> 
             src = (
                 SINGLETON if n_dims == 0 else dims[0] if n_dims == 1 else _flatten_raw(tuple(dims))
             )
+            dims_of = tuple(range(f0, fi))  # (with a size-0 dim, no table is kept)
         if ti - t0 == 1:
             if where is not None:
                 _record(where, groups, f0, fi, dims_of, len(out))
@@ -376,7 +377,8 @@ def _view_groups_int(from_shape: tuple[int, ...], to_shape: tuple[int, ...]) -> 
 
 def _recorded(rule: list[DimSpec], ndim: int, groups: list[Group]) -> list[int]:
     """``where`` for the output dims built before a rule's first ``Split`` (moved whole,
-    flattened or size-1), their ``Flatten`` groups appended to ``groups``."""
+    flattened or size-1), their ``Flatten`` groups appended to ``groups`` (each a run of
+    consecutive input dims, as the builder makes them)."""
     where = [-1] * ndim
     for o, spec in enumerate(rule):
         if type(spec) is InputDim:

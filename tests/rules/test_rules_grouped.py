@@ -72,35 +72,45 @@ def _read_off(rule: tuple[object, ...], ndim: int) -> tuple[dict[int, object], s
     return owner, groups
 
 
+def _check(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    """Each Post line of GroupedRule for ``view_groups(a, b)``; whether it has a table."""
+    rule = view_groups(a, b)
+    has_split = any(isinstance(spec, Split) for spec in rule)
+    assert (type(rule) is GroupedRule) == has_split, (a, b, format_rule(rule))
+    if not has_split:
+        assert type(rule) is tuple
+        return False
+    shape, where, groups = rule.table
+    assert shape == a
+    owner, expected = _read_off(rule, len(a))
+    got = {(src, pieces, tuple(targets)) for src, pieces, targets in groups}
+    assert got == expected, (a, b, format_rule(rule))
+    for d, w in enumerate(where):
+        if w >= 0:  # moved whole
+            assert rule[w] == InputDim(d)
+        elif w == -1:  # dropped: a size-1 dim
+            assert a[d] == 1 and d not in owner
+        else:  # in group g, which holds it
+            src, pieces, targets = groups[-2 - w]
+            assert d in src
+            assert owner[d] == (src, pieces, tuple(targets))
+    for src, pieces, _ in groups:
+        if pieces is not None:
+            assert math.prod(pieces) == math.prod(a[d] for d in src)
+    return True
+
+
 @pytest.mark.parametrize("chunk", range(4))
 def test_the_groups_are_the_rules_own(chunk: int) -> None:
-    checked = 0
-    for a, b in PAIRS[chunk::4]:
-        rule = view_groups(a, b)
-        has_split = any(isinstance(spec, Split) for spec in rule)
-        assert (type(rule) is GroupedRule) == has_split, (a, b, format_rule(rule))
-        if not has_split:
-            assert type(rule) is tuple
-            continue
-        shape, where, groups = rule.table
-        assert shape == a
-        owner, expected = _read_off(rule, len(a))
-        got = {(src, pieces, tuple(targets)) for src, pieces, targets in groups}
-        assert got == expected, (a, b, format_rule(rule))
-        for d, w in enumerate(where):
-            if w >= 0:  # moved whole
-                assert rule[w] == InputDim(d)
-            elif w == -1:  # dropped: a size-1 dim
-                assert a[d] == 1 and d not in owner
-            else:  # in group g, which holds it
-                src, pieces, targets = groups[-2 - w]
-                assert d in src
-                assert owner[d] == (src, pieces, tuple(targets))
-        for src, pieces, _ in groups:
-            if pieces is not None:
-                assert math.prod(pieces) == math.prod(a[d] for d in src)
-        checked += 1
-    assert checked > 100
+    assert sum(_check(a, b) for a, b in PAIRS[chunk::4]) > 100
+
+
+def test_groups_of_more_than_64_dims() -> None:
+    # (past the builder's interned InputDims: the other way of building a Flatten)
+    many = (2,) * 65
+    assert _check((4, *many), (2, 2, 2**65))
+    assert _check((*many, 4), (2**65, 2, 2))
+    assert _check((4, *many), (2, 2**66))
 
 
 def test_a_grouped_rule_is_the_same_tuple() -> None:
