@@ -39,6 +39,7 @@ from functools import lru_cache
 
 from ._sym import Codes, Size, as_dim, as_size, decide_eq, decide_gt, is_symint
 from .specs import (
+    _FLATTENS,
     _INPUT_DIMS,
     SINGLETON,
     Broadcast,
@@ -318,8 +319,10 @@ def _view_groups_int(from_shape: tuple[int, ...], to_shape: tuple[int, ...]) -> 
         if fi - f0 == 1:
             src = (dtab[f0] if f0 < 64 else InputDim(f0)) if from_shape[f0] != 0 else SINGLETON
         elif f0 + 1 < fi <= 64 and 0 not in from_shape[f0:fi]:
-            dims_of = tuple(range(f0, fi))
-            src = _flatten_raw(dtab[f0:fi], dims_of)
+            src = _FLATTENS.get((f0, fi))  # type: ignore[assignment]
+            if src is None:
+                src = _flatten_raw(dtab[f0:fi], tuple(range(f0, fi)))
+            dims_of = src.dims  # type: ignore[attr-defined]
         else:
             # Size-0 input dims are left out of the flatten, as torch does.
             dims = [dtab[i] if i < 64 else InputDim(i) for i in range(f0, fi) if from_shape[i] != 0]
@@ -625,7 +628,8 @@ def flatten(ndim: int, start_dim: int = 0, end_dim: int = -1) -> Rule:
                     return _INPUT_DIMS[:ndim]
                 return (
                     *_INPUT_DIMS[:a],
-                    _flatten_raw(_INPUT_DIMS[a : b + 1], tuple(range(a, b + 1))),
+                    _FLATTENS.get((a, b + 1))
+                    or _flatten_raw(_INPUT_DIMS[a : b + 1], tuple(range(a, b + 1))),
                     *_INPUT_DIMS[b + 1 : ndim],
                 )
     op = "flatten"

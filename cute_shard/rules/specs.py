@@ -377,6 +377,15 @@ def _flatten_raw(input_dims: tuple[InputDim, ...], dims: tuple[int, ...] | None 
     return f
 
 
+# Flatten of the consecutive input dims f0 .. fi-1, for the ranks models have, built once like
+# the InputDims (DimSpecs are immutable values): _FLATTENS[(f0, fi)].
+_FLATTENS: dict[tuple[int, int], Flatten] = {
+    (f0, fi): _flatten_raw(_INPUT_DIMS[f0:fi], tuple(range(f0, fi)))
+    for fi in range(2, 13)
+    for f0 in range(fi - 1)
+}
+
+
 def _broadcast_raw(dim: DimSpec, dim_size: int) -> Broadcast:
     """Build a Broadcast without validation, for builders whose loop guarantees it (an int
     ``dim_size`` other than 1)."""

@@ -18,6 +18,7 @@ from cute_shard.rules import (
     map_sizes,
     parse_rule,
     parse_spec,
+    view_groups,
 )
 
 d0, d1, d2, d3 = (InputDim(i) for i in range(4))
@@ -102,6 +103,18 @@ def test_inputs() -> None:
 def test_input_dim_new_interns() -> None:
     assert InputDim.new(3) is InputDim.new(3)
     assert InputDim.new(1000) == InputDim(1000)
+
+
+def test_the_built_once_flattens_are_the_checked_ones() -> None:
+    from cute_shard.rules.specs import _FLATTENS
+
+    assert len(_FLATTENS) == 66
+    for (f0, fi), spec in _FLATTENS.items():
+        checked = Flatten.new([InputDim(d) for d in range(f0, fi)])
+        assert spec == checked and hash(spec) == hash(checked)
+        assert spec.dims == tuple(range(f0, fi)) == checked.dims
+    rule = view_groups((2, 3, 4), (6, 4))
+    assert rule[0] is _FLATTENS[(0, 2)]
 
 
 # ---------------------------------------------------------------------------
