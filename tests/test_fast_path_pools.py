@@ -29,7 +29,7 @@ from cute_shard.engine.fast import (
 )
 from cute_shard.engine.fast_uneven import uneven_answer
 from cute_shard.engine.sharded import normalize_placements, to_torch_placement
-from cute_shard.rules import parse_rule
+from cute_shard.rules import parse_rule, view_groups
 
 R = Replicate()
 FAMILIES = ("flatten", "unflatten", "reshape", "permute", "squeeze", "expand", "strided", "uneven")
@@ -276,3 +276,30 @@ def test_chain_pieces_are_the_leaf_routing() -> None:
                         )
                         checked += 1
     assert checked > 1000
+
+
+def test_a_group_with_several_sharded_dims_is_searched_on_the_hot_path() -> None:
+    # Flattens and splits of flattens of small shapes, each view one group, with two or
+    # more sharded dims: where the group must move, the hot pass walks the search itself.
+    searched = several = 0
+    for shape in [(2, 6), (4, 6), (6, 4), (8, 3), (2, 3, 4)]:
+        total = 1
+        for n in shape:
+            total *= n
+        for new in [(total,), *_splits(total)]:
+            rule = view_groups(shape, new)
+            for mesh in [(2, 2), (2, 3), (4, 2), (2, 2, 2)]:
+                options = [R, *(Shard(d) for d in range(len(shape)))]
+                options.append(_StridedShard(0, split_factor=2))
+                for placements in itertools.product(options, repeat=len(mesh)):
+                    moved = [0]
+                    out = fast_propagate(placements, shape, rule, mesh, False, moved)
+                    if out is None or len(moved) < 2:
+                        continue
+                    searched += 1
+                    sharded = {p.dim for p in placements if p is not R}
+                    several += len(sharded) >= 2
+                    assert fast_answer(placements, shape, rule, mesh, False) == _general(
+                        placements, shape, rule, mesh, False
+                    ), (shape, new, mesh, placements)
+    assert searched > 1000 and several > 400

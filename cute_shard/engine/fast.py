@@ -32,9 +32,9 @@ Where these flat lists give up (a mesh dim's gpu sub-mode in several pieces, as 
 after a ``_StridedShard`` of the same dim makes it) and for views that must move, the *leaf
 pass* (``_LeafPass``) runs the general engine's first attempt step for step on int leaves
 ``(size, mesh dim or LOCAL, part)``: carve, coalesce, route innermost piece first, read back.
-It gives the failing mesh dims, or, when nothing fails, the output placements. When the rule
-has one sharded dim, the hot pass runs the same routing on that dim's group itself for each
-step of the search for what moves (``_group_moves``).
+It gives the failing mesh dims, or, when nothing fails, the output placements. When what
+must move is in one group (one sharded dim or several), the hot pass runs the same routing
+on that group itself for each step of the search for what moves (``_group_moves``).
 
 ``tests``/``property_tests`` check that these paths and the general one agree on every case
 they answer.
@@ -504,10 +504,9 @@ def _moves(
     moved: list[int] | None,
 ) -> bool:
     """For a group the hot path could not keep whole (a Flatten: ``pieces`` None, or the
-    Splits of a source) holding one sharded dim: the search for what moves
-    (:func:`_group_moves`), its answer written into ``out`` and ``moved[0]``. False where
-    it does not answer (a strict view, several sharded dims in the group, an uneven shard
-    anywhere, a case the leaf pass leaves, other moves before it).
+    Splits of a source): the search for what moves (:func:`_group_moves`), its answer
+    written into ``out`` and ``moved[0]``. False where it does not answer (a strict view, an
+    uneven shard anywhere, a case the leaf pass leaves, other moves before it).
 
     Other groups may hold sharded dims if each keeps them all: a step moving some of their
     mesh dims cannot repair this group, and the subset of a step that does repair it that
@@ -516,13 +515,8 @@ def _moves(
     answer's mask is appended to ``moved`` for it)."""
     if moved is None or len(moved) != 1 or moved[0]:
         return False
-    d = -1
-    for e in src:
-        if e in dims:
-            if d >= 0:
-                return False
-            d = e
-    if d < 0:
+    sharded = {e: dims[e] for e in src if e in dims}
+    if not sharded:
         return False
     for e, e_steps in dims.items():  # every shard even (else the uneven fallback decides)
         local = shape[e]
@@ -530,14 +524,14 @@ def _moves(
             if local % (sf * mesh[m]):
                 return False
             local //= mesh[m]
-    steps = dims[d]
-    found = _group_moves(shape, src, d, steps, pieces, targets, mesh)
+    found = _group_moves(shape, src, sharded, pieces, targets, mesh)
     if found is None:
         return False
     moved[0] |= found[0]
     moved.append(found[0])
-    for m, _ in steps:
-        out[m] = _REPLICATE
+    for steps in sharded.values():
+        for m, _ in steps:
+            out[m] = _REPLICATE
     for m, p in found[1]:
         out[m] = p
     return True
@@ -546,39 +540,46 @@ def _moves(
 def _group_moves(
     shape: tuple[int, ...],
     src: tuple[int, ...],
-    d: int,
-    steps: list[tuple[int, int]],
+    sharded: dict[int, list[tuple[int, int]]],
     pieces: tuple[int, ...] | None,
     targets: Sequence[int],
     mesh: tuple[int, ...],
 ) -> tuple[int, list[tuple[int, Placement]]] | None:
-    """:func:`search_moves` for a view whose only sharded dim, d (sharded by ``steps``), is
-    in one group (the input dims ``src``, split into ``pieces`` or flattened), where it
-    cannot stay whole: the mesh dims that move (bit mask) and the output placements of the
-    others, or None where the leaf pass does not cover it. The same steps in the same
+    """:func:`search_moves` for a view whose sharded dims that must move are all in one group
+    (the input dims ``src``, split into ``pieces`` or flattened; ``sharded``: its sharded
+    dims and their steps): the mesh dims that move (bit mask) and the output placements of
+    the others, or None where the leaf pass does not cover it. The same steps in the same
     order, each a leaf-pass routing of the group (:meth:`_LeafPass._route`): the first
     attempt's directly failing mesh dims, else each single mesh dim, smallest first, then
     the other subsets by cost."""
-
-    chain = pieces is not None and len(src) == 1 and _chain(steps, mesh) != 0
+    mesh_dims = sorted(m for steps in sharded.values() for m, _ in steps)
+    chain = -1  # the one sharded dim, if a chain of Shards split into pieces
+    if pieces is not None and len(src) == 1 and _chain(sharded[src[0]], mesh):
+        chain = src[0]
     order = None
     moved = 0
     while True:
-        kept = [step for step in steps if not moved >> step[0] & 1] if moved else steps
         found: tuple[int, list[tuple[int, Placement]]] | None
-        if not kept:
-            found = 0, []
-        elif chain:
-            found = _chain_pieces(shape[d], [m for m, _ in kept], mesh, pieces, targets)
+        if chain >= 0:
+            kept = [m for m in mesh_dims if not moved >> m & 1]
+            found = _chain_pieces(shape[chain], kept, mesh, pieces, targets) if kept else (0, [])
         else:
-            leaves = _leaves(shape[d], kept, mesh)
-            if leaves is None:
-                return None
-            found = _route_leaves(_group(shape, {d: leaves}, src), pieces, targets, len(mesh))
+            leaves: dict[int, list[_Leaf]] = {}
+            for e, steps in sharded.items():
+                kept_steps = [step for step in steps if not moved >> step[0] & 1]
+                if kept_steps:
+                    dim = _leaves(shape[e], kept_steps, mesh)
+                    if dim is None:
+                        return None
+                    leaves[e] = dim
+            if leaves:
+                found = _route_leaves(_group(shape, leaves, src), pieces, targets, len(mesh))
+            else:
+                found = 0, []
         if order is None:  # the first attempt: nothing moved
             if not found[0]:
                 return None  # (nothing fails: the hot path's routing should have kept it)
-            order = _search_order(found[0] & ~OPTIONAL, [m for m, _ in steps], mesh)
+            order = _search_order(found[0] & ~OPTIONAL, mesh_dims, mesh)
         elif not found[0]:
             return moved, found[1]
         moved = next(order, -1)
