@@ -272,14 +272,11 @@ def _parsed_dims(
     return dims if uneven else None
 
 
+# A split of a group: (its input dims, the pieces, the output dim of each piece).
+_SplitGroup = tuple[tuple[int, ...], tuple[int, ...], Sequence[int]]
 # Per input dim its kind and where (_INPUT/_FLAT: the output dim; _SPLIT: index into the
-# splits), the input dims of each Flatten output dim, and per split (src, pieces, targets).
-Groups = tuple[
-    list[int],
-    list[int],
-    dict[int, tuple[int, ...]],
-    list[tuple[tuple[int, ...], tuple[int, ...], Sequence[int]]],
-]
+# splits), the input dims of each Flatten output dim, and the splits.
+Groups = tuple[list[int], list[int], dict[int, tuple[int, ...]], list[_SplitGroup]]
 
 
 def _rule_groups(rule: tuple[DimSpec, ...], shape: tuple[int, ...]) -> Groups | None:
@@ -289,9 +286,7 @@ def _rule_groups(rule: tuple[DimSpec, ...], shape: tuple[int, ...]) -> Groups | 
     kind = [-1] * ndim
     where = [0] * ndim  # _INPUT/_FLAT: the output dim; _SPLIT: index into `splits`
     flats: dict[int, tuple[int, ...]] = {}  # output dim of a Flatten: its input dims
-    splits: list[
-        tuple[tuple[int, ...], tuple[int, ...], Sequence[int]]
-    ] = []  # src, pieces, targets
+    splits: list[_SplitGroup] = []
     for o, spec in enumerate(rule):
         cls = type(spec)
         if cls is InputDim:
@@ -366,7 +361,7 @@ def _table_groups(
     kind = [-1] * len(at)
     where = [0] * len(at)
     flats: dict[int, tuple[int, ...]] = {}
-    splits: list[tuple[tuple[int, ...], tuple[int, ...], Sequence[int]]] = []
+    splits: list[_SplitGroup] = []
     for d, w in enumerate(at):
         if w >= 0:
             kind[d] = _INPUT
