@@ -357,14 +357,23 @@ class Split(DimSpec):
 
 _new = object.__new__
 _set = object.__setattr__
+# The slots' own setters: a third cheaper than object.__setattr__ by name, and the raw
+# constructors below run on the hot path (a view rule builds one Split per piece).
+_set_split_input = Split.input_dim.__set__  # type: ignore[attr-defined]
+_set_split_shape = Split.group_shape.__set__  # type: ignore[attr-defined]
+_set_split_id = Split.split_id.__set__  # type: ignore[attr-defined]
+_set_flatten_inputs = Flatten.input_dims.__set__  # type: ignore[attr-defined]
+_set_flatten_dims = Flatten.dims.__set__  # type: ignore[attr-defined]
+_set_broadcast_dim = Broadcast.dim.__set__  # type: ignore[attr-defined]
+_set_broadcast_size = Broadcast.dim_size.__set__  # type: ignore[attr-defined]
 
 
 def _split_raw(input_dim: DimSpec, group_shape: tuple[Size, ...], split_id: int) -> Split:
     """Build a Split without validation, for builders whose loop guarantees it."""
     s = _new(Split)
-    _set(s, "input_dim", input_dim)
-    _set(s, "group_shape", group_shape)
-    _set(s, "split_id", split_id)
+    _set_split_input(s, input_dim)
+    _set_split_shape(s, group_shape)
+    _set_split_id(s, split_id)
     return s
 
 
@@ -372,8 +381,8 @@ def _flatten_raw(input_dims: tuple[InputDim, ...], dims: tuple[int, ...] | None 
     """Build a Flatten without validation, for builders whose loop guarantees it (``dims``:
     the indices of ``input_dims``, if the builder has them at hand)."""
     f = _new(Flatten)
-    _set(f, "input_dims", input_dims)
-    _set(f, "dims", tuple([d.input_dim for d in input_dims]) if dims is None else dims)
+    _set_flatten_inputs(f, input_dims)
+    _set_flatten_dims(f, tuple([d.input_dim for d in input_dims]) if dims is None else dims)
     return f
 
 
@@ -390,8 +399,8 @@ def _broadcast_raw(dim: DimSpec, dim_size: int) -> Broadcast:
     """Build a Broadcast without validation, for builders whose loop guarantees it (an int
     ``dim_size`` other than 1)."""
     b = _new(Broadcast)
-    _set(b, "dim", dim)
-    _set(b, "dim_size", dim_size)
+    _set_broadcast_dim(b, dim)
+    _set_broadcast_size(b, dim_size)
     return b
 
 
