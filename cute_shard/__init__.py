@@ -10,6 +10,12 @@ Layers, each importing only the ones before it:
 
 __version__ = "0.1.0"
 
+# A compiled build of the engine's modules (cute_shard/accel.py) is used only if it was built
+# from the sources as they are now; this runs before any of those modules is imported.
+from . import _compiled
+
+_compiled.activate()
+
 # The engine imports torch; keep ``import cute_shard.layout`` / ``cute_shard.rules`` torch-free
 # by resolving these names on first use.
 _ENGINE_NAMES = {
