@@ -59,6 +59,7 @@ STAMP = PACKAGE / "_compiled.json"
 #: Set to 1 to run every module as Python even where a current build exists.
 PURE_ENV = "CUTE_SHARD_PURE"
 
+
 def _source(module: str) -> Path:
     return ROOT.joinpath(*module.split(".")).with_suffix(".py")
 
