@@ -6,6 +6,10 @@ Layers, each importing only the ones before it:
 - ``cute_shard.rules``: DimMap rules describing how each view op maps input dims to output dims.
 - the propagation engine (placements <-> sharded layout, ``compose_view``, rule-tracing fallback).
 - the DTensor integration and the ``cute-shard`` command line.
+
+``cute_shard.accel`` builds the optional compiled form of the engine's modules (Cython, the
+same sources unchanged); ``_compiled`` keeps a build that does not match its source from
+running.
 """
 
 __version__ = "0.1.0"
