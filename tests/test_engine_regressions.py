@@ -416,3 +416,46 @@ def test_symint_equals_concrete(
     want = propagate(placements, hshape, hrule, mesh, False)
     got = propagate(placements, shape, rule, mesh, False)
     assert (got[0], _hinted(got[1])) == want
+
+
+# =========================================================================== 4. found by the
+# property tests: views that must move, where the engine moved more than torch (minimised).
+# Replicating an earlier mesh dim re-carves a later one on the same tensor dim, which then fits:
+# the search must try that before replicating both.
+
+# (id, global shape, view target, mesh, input, input target, output)
+# fmt: off
+MOVES_LESS: list[tuple[str, tuple[int, ...], tuple[int, ...], tuple[int, ...], list[Placement],
+                       tuple[Placement, ...], tuple[Placement, ...]]] = [
+    ("re-carved by the earlier mesh dim", (12,), (2, 6), (3, 2), [Shard(0), Shard(0)],
+     (Rep, Shard(0)), (Rep, Shard(0))),
+    ("re-carved, with size-1 dims", (12, 1), (1, 2, 6, 1), (3, 2), [Shard(0), Shard(0)],
+     (Rep, Shard(0)), (Rep, Shard(1))),
+]
+# fmt: on
+
+
+@pytest.mark.parametrize(
+    ("shape", "target", "mesh", "placements", "in_tgt", "out"),
+    [row[1:] for row in MOVES_LESS],
+    ids=[row[0] for row in MOVES_LESS],
+)
+def test_moves_no_more_than_torch(
+    shape: tuple[int, ...],
+    target: tuple[int, ...],
+    mesh: tuple[int, ...],
+    placements: list[Placement],
+    in_tgt: tuple[Placement, ...],
+    out: tuple[Placement, ...],
+) -> None:
+    rule = R.view_groups(shape, target)
+    assert propagate(placements, shape, rule, mesh, False) == (in_tgt, out)
+    assert_valid(shape, "view", (target,), in_tgt, out, mesh, strict=False)
+    # torch moves the same mesh dim (and so gathers no less)
+    theirs = tv.propagate_shape_and_sharding(
+        placements, shape, to_torch(rule), mesh, strict_view=False
+    )
+    assert tuple(theirs[0]) == in_tgt
+    # strict: the error names the mesh dim that moves and suggests the same input target
+    with pytest.raises(RuntimeError, match=r"mesh dim 0 .*\[Replicate\(\), Shard\(dim=0\)\]"):
+        propagate(placements, shape, rule, mesh, True)

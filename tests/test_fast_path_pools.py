@@ -209,12 +209,12 @@ def test_a_group_search_with_other_moves_is_left_to_the_search() -> None:
 def _general_order(direct: set[int], sharded: list[int], mesh: tuple[int, ...]) -> list[int]:
     # The general engine's order (propagate._least_to_move), with sets: the directly failing
     # mesh dims first if any, else single mesh dims smallest first; then every subset by
-    # (misses a directly failing one, how many others it adds, ranks, the subset).
-    def cost(subset: tuple[int, ...]) -> tuple[bool, int, int, tuple[int, ...]]:
+    # (how many mesh dims it adds to the directly failing ones, ranks, the subset).
+    def cost(subset: tuple[int, ...]) -> tuple[int, int, tuple[int, ...]]:
         size = 1
         for m in subset:
             size *= mesh[m]
-        return (len(direct - set(subset)) > 0, len(set(subset) - direct), size, subset)
+        return (len(set(subset) - direct), size, subset)
 
     subsets = sorted(
         (c for r in range(1, len(sharded) + 1) for c in itertools.combinations(sharded, r)),

@@ -976,9 +976,9 @@ def search_moves(
 def _search_order(direct: int, sharded: list[int], mesh: tuple[int, ...]) -> Iterator[int]:
     """The general engine's order of the mesh dims to move (``propagate._least_to_move``),
     as bit masks: the directly failing ones (``direct``) if any, else each sharded mesh dim
-    alone, smallest first; then every other subset of ``sharded``: those holding every
-    directly failing mesh dim first, then the fewest others, then the fewest ranks (ranked
-    only if the search gets that far)."""
+    alone, smallest first; then every other subset of ``sharded``: the fewest mesh dims
+    beyond the directly failing ones first, then the fewest ranks (ranked only if the search
+    gets that far)."""
     if direct:
         steps = [direct]
     else:
@@ -993,12 +993,10 @@ def _search_order(direct: int, sharded: list[int], mesh: tuple[int, ...]) -> Ite
                 mask |= 1 << m
                 size *= mesh[m]
             if mask not in steps:
-                ranked.append(
-                    (direct & ~mask != 0, (mask & ~direct).bit_count(), size, subset, mask)
-                )
+                ranked.append(((mask & ~direct).bit_count(), size, subset, mask))
     ranked.sort()
     for cost in ranked:
-        yield cost[4]
+        yield cost[3]
 
 
 _REPLICATE = Replicate()

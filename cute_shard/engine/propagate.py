@@ -13,8 +13,9 @@ The data flow, one short step each:
 Choosing what moves: first the mesh dims that fail directly, and only them, as DTensor's own
 propagator does. If that is not enough (a local sub-mode is cut, or a later mesh dim then
 fails), the other subsets are tried, cheapest first. A subset costs more the more mesh dims it
-adds beyond the directly failing ones, then the larger the product of their sizes. Replicating
-everything always works, so the search ends.
+adds beyond the directly failing ones, then the larger the product of their sizes; it need not
+hold every directly failing one (replicating an earlier mesh dim re-carves the later ones).
+Replicating everything always works, so the search ends.
 """
 
 from __future__ import annotations
@@ -380,12 +381,16 @@ def _least_to_move(
     direct = set(failures)
     failures = {**optional, **failures}
 
-    def cost(subset: tuple[int, ...]) -> tuple[int, int, int, tuple[int, ...]]:
+    # A subset that leaves a directly failing mesh dim in place is not hopeless: replicating
+    # an earlier mesh dim of the same tensor dim re-carves the later one, which may then fit
+    # (``(12,)`` as ``(2, 6)`` on mesh (3, 2) with ``[S(0), S(0)]``: moving mesh dim 0 alone
+    # leaves mesh dim 1 ``Shard(0)``, where moving both would gather twice as much).
+    def cost(subset: tuple[int, ...]) -> tuple[int, int, tuple[int, ...]]:
         extra = set(subset) - direct
         size = 1
         for m in subset:
             size *= mesh[m]
-        return (len(direct - set(subset)) > 0, len(extra), size, subset)
+        return (len(extra), size, subset)
 
     subsets = sorted(
         (c for r in range(1, len(sharded) + 1) for c in itertools.combinations(sharded, r)),
