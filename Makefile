@@ -9,31 +9,25 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo test bench lint clean accel
+.PHONY: demo test bench lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[test,accel]'
+	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
-
-# The compiled build of the engine's own modules (cute_shard/accel.py; Cython, ~2 min the
-# first time, then only what changed). Optional: where it cannot be built, all runs as Python.
-accel: $(STAMP)
-	$(BIN)/python -m cute_shard.accel build || echo "cute_shard: no compiled build, running as Python"
 
 demo: $(STAMP)
 	$(BIN)/cute-shard explain --shape 8,16,32 --mesh 2,4 --placements S0,S1 --view 128,32
 
-test: accel
+test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
-bench: accel
+bench: $(STAMP)
 	$(BIN)/python -m bench
 
 lint: $(STAMP)
 	$(BIN)/ruff check cute_shard tests property_tests bench
 
 clean:
-	-$(BIN)/python -m cute_shard.accel clean
 	rm -rf $(VENV) .pytest_cache .hypothesis build

@@ -93,9 +93,7 @@ def main() -> None:
         "torch": torch.__version__,
         "machine": platform.machine(),
         "quick": args.quick,
-        "compiled": _compiled_modules(),
     }
-    print(_build_line(meta["compiled"]), flush=True)
     for name in chosen or SUITES:
         print(f"== {name} ==", flush=True)
         t0 = time.perf_counter()
@@ -104,30 +102,6 @@ def main() -> None:
         out = RESULTS / f"{name}.json"
         out.write_text(json.dumps({"meta": meta_s, "results": results}, indent=2))
         print(f"({meta_s['seconds']} s; wrote {out.relative_to(RESULTS.parent.parent)})\n")
-
-
-def _compiled_modules() -> list[str]:
-    """cute_shard's modules that run compiled in this process (``cute_shard.accel``)."""
-    import importlib
-
-    from cute_shard import accel
-
-    for name in accel.MODULES:  # (some load only on first use)
-        importlib.import_module(name)
-    return list(accel.accelerated())
-
-
-def _build_line(compiled: list[str]) -> str:
-    from cute_shard import accel
-
-    if len(compiled) == len(accel.MODULES):
-        return (
-            f"cute_shard: compiled build ({len(compiled)} modules, python -m cute_shard.accel); "
-            f"{accel.PURE_ENV}=1 times it as Python"
-        )
-    if not compiled:
-        return "cute_shard: pure Python (python -m cute_shard.accel build compiles it)"
-    return f"cute_shard: {len(compiled)} of {len(accel.MODULES)} modules compiled, the rest Python"
 
 
 def _plot(results: dict[str, Any], path: pathlib.Path) -> bool:

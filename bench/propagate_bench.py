@@ -490,12 +490,5 @@ def profile(
         f"{len(items)} cases on 1-D, 2-D and 3-D meshes; {cold_us:.1f} µs per call "
         "unprofiled\n"
     )
-    from cute_shard import accel
-
-    if accel.accelerated():
-        buf.write(
-            f"(compiled modules run inside their callers' rows, invisible to cProfile: "
-            f"{accel.PURE_ENV}=1 profiles them as Python)\n"
-        )
     pstats.Stats(prof, stream=buf).strip_dirs().sort_stats(sort).print_stats(top)
     return buf.getvalue()

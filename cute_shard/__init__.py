@@ -7,18 +7,9 @@ Layers, each importing only the ones before it:
 - the propagation engine (placements <-> sharded layout, ``compose_view``, rule-tracing fallback).
 - the DTensor integration and the ``cute-shard`` command line.
 
-``cute_shard.accel`` builds the optional compiled form of the engine's modules (Cython, the
-same sources unchanged); ``_compiled`` keeps a build that does not match its source from
-running.
 """
 
 __version__ = "0.1.0"
-
-# A compiled build of the engine's modules (cute_shard/accel.py) is used only if it was built
-# from the sources as they are now; this runs before any of those modules is imported.
-from . import _compiled
-
-_compiled.activate()
 
 # The engine imports torch; keep ``import cute_shard.layout`` / ``cute_shard.rules`` torch-free
 # by resolving these names on first use.
@@ -29,7 +20,6 @@ _ENGINE_NAMES = {
     "cache_clear",
     "placements_to_layout",
     "compose_view",
-    "layout_to_placements",
 }
 
 # The DTensor integration (``cute_shard/integration.py``), resolved lazily for the same reason.
