@@ -1,4 +1,4 @@
-"""The uneven fallback (``cute_shard.engine.uneven``) against the exact rank simulator.
+"""Uneven sizes against the exact rank simulator.
 
 Cases: shapes of 1-4 dims with sizes 1-13 (1s and primes over-represented), meshes of 1-3 dims
 with at most 8 ranks, placements with at least one uneven ``Shard``/``_StridedShard`` (plus
@@ -9,29 +9,22 @@ unsqueeze, expand, repeat, view_as_real or view_as_complex. For every case:
 1. the output is valid (``oracle.check_op`` run on the returned input *target*);
 2. the input target only replaces mesh dims by Replicate, and ``blocked`` names exactly those;
 3. the output is canonical (no ``_StridedShard`` with split factor 1);
-4. when the brute force finds no zero-communication answer, the input target differs from the
-   input (the converse, a zero-comm answer that we replicated, is counted, not asserted).
+4. the input target equals the input exactly when the brute force finds a zero-communication
+   answer for the op (the rules come from ``cute_shard.rules``' builders, which say which op
+   built them, so the engine knows e.g. a view from a squeeze with the same rule).
 
-Coverage (4's converse) is reported with ``hypothesis.event`` (``--hypothesis-show-statistics``)
-and as a one-line summary at the end of the module, with misses split by cause:
-``op-dependent`` misses have a rule of only InputDims and 1s, which squeeze/unsqueeze/permute
-share with view; the brute force (run with the view op) finds answers that rely on a rank whose
-whole tensor is empty, which ``local.view`` accepts but those ops' local calls do not, so a
-propagator that sees only the rule must not use them. ``view_as_complex rule`` misses are
-flattens of a trailing size-2 dim, which share view_as_complex's rule and are checked under both
-readings. Plain ``missed`` ones are the fallback's real gaps.
+Coverage is also reported with ``hypothesis.event`` (``--hypothesis-show-statistics``) and as a
+one-line summary at the end of the module.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import pytest
 from hypothesis import assume, event, given
 from hypothesis import strategies as st
@@ -43,10 +36,9 @@ from torch.distributed.tensor.placement_types import (
     _StridedShard,
 )
 
+import cute_shard
 import cute_shard.rules as R
 from cute_shard import oracle
-from cute_shard.engine import uneven
-from cute_shard.engine.uneven import propagate_uneven
 from property_tests.engine_strategies import ENGINE
 
 SIZES = st.sampled_from([1, 1, 2, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13])
@@ -197,27 +189,6 @@ def _sharded(p: Placement) -> bool:
     return isinstance(p, (Shard, _StridedShard))
 
 
-def _only_views_have(rule: R.Rule, shape: tuple[int, ...]) -> bool:
-    """A Flatten or a size-keeping Split: no op but view/reshape/flatten/unflatten (and
-    view_as_complex) has this rule. Rules of only InputDims and 1s are shared with squeeze,
-    unsqueeze and permute, whose local ops check each dim's size: answers that rely on a rank
-    holding an empty tensor (any empty shape is fine for ``local.view``) are not theirs."""
-    for spec in rule:
-        if isinstance(spec, R.Flatten):
-            return True
-        if isinstance(spec, R.Split):
-            src = spec.input_dim
-            dims = (src,) if isinstance(src, R.InputDim) else getattr(src, "input_dims", ())
-            if math.prod(spec.group_shape) == math.prod(shape[d.input_dim] for d in dims):
-                return True
-    return False
-
-
-def _complex_like(case: Case) -> bool:
-    n = len(case.shape)
-    return n >= 2 and case.shape[-1] == 2 and case.rule == R.view_as_complex(case.shape)
-
-
 def _zero_comm(case: Case) -> tuple[Placement, ...] | bool | None:
     """The brute force's answer, None if there is none, False if the search was capped."""
     try:
@@ -254,17 +225,23 @@ def coverage_summary(request: pytest.FixtureRequest) -> Iterator[None]:
 
 @ENGINE
 @given(cases())
-def test_uneven_fallback_against_oracle(case: Case) -> None:
-    target, out, blocked = propagate_uneven(case.placements, case.shape, case.rule, case.mesh)
+def test_uneven_sizes_against_oracle(case: Case) -> None:
+    P = cute_shard.propagate_shape_and_sharding
+    target, out = P(case.placements, case.shape, case.rule, case.mesh)
 
     # (1) valid for every rank, with the input redistributed to the target
     verdict = oracle.check_op(case.shape, case.op, case.args, target, out, case.mesh)
     assert verdict.ok, f"{case}: target={target} out={out}: {verdict.reason}"
 
-    # (2) only sharded mesh dims move, only to Replicate, and blocked names exactly them
+    # (2) only sharded mesh dims move, only to Replicate; strict names exactly them
     moved = [i for i, (p, t) in enumerate(zip(case.placements, target, strict=True)) if p != t]
     for i in moved:
         assert _sharded(case.placements[i]) and target[i] == Replicate(), f"{case}: {target}"
+    try:
+        assert P(case.placements, case.shape, case.rule, case.mesh, True) == (target, out)
+        blocked: tuple[Any, ...] = ()
+    except cute_shard.RedistributionRequired as e:
+        blocked = e.blocked
     assert [b.mesh_dim for b in blocked] == moved, f"{case}: {blocked} vs moved {moved}"
     for b in blocked:
         assert b.tensor_dim == case.placements[b.mesh_dim].dim and b.reason, f"{case}: {b}"
@@ -272,7 +249,7 @@ def test_uneven_fallback_against_oracle(case: Case) -> None:
     # (3) canonical
     assert oracle.is_canonical(out, len(case.rule)), f"{case}: {out}"
 
-    # (4) no zero-comm answer exists -> something moves; count the converse
+    # (4) a zero-comm answer exists exactly when nothing moves
     answer = _zero_comm(case)
     if answer is False:
         _record("zero-comm: search capped")
@@ -280,92 +257,6 @@ def test_uneven_fallback_against_oracle(case: Case) -> None:
     if answer is None:
         assert moved, f"{case}: no zero-comm answer exists, yet nothing moved: {out}"
         _record("zero-comm: none exists")
-    elif not moved:
-        _record("zero-comm: found")
-    elif not _only_views_have(case.rule, case.shape):
-        _record("zero-comm: missed (op-dependent)")
-    elif _complex_like(case):
-        _record("zero-comm: missed (view_as_complex rule)")
     else:
-        _record("zero-comm: missed")
-        event(f"missed: {case} ours={out} brute={answer}")
-
-
-# --------------------------------------------------------------------------- the step check
-
-
-@ENGINE
-@given(cases(), st.data())
-def test_step_check_equals_the_rank_by_rank_sets(case: Case, data: st.DataObject) -> None:
-    """``_Check`` decides a candidate from the step alone (the prefix is valid) and on the
-    distinct rank states only. On every mesh dim, as ``propagate_uneven`` reaches it, its
-    verdict equals comparing every rank's exact sets (``_mismatch_at`` on each rank of the
-    checked mesh dims) for the structural candidates, a random one and Replicate."""
-    view = uneven._analyse(case.rule, case.shape, None)
-    ins: tuple[uneven.Sharding, ...] = ()
-    outs: tuple[uneven.Sharding, ...] = ()
-    for p in case.placements:
-        s = uneven._sharding(p, len(case.shape))
-        if s is None:
-            ins, outs = (*ins, None), (*outs, None)
-            continue
-        pb = uneven._Problem(view, view.group_of[s[0]], (*ins, s), outs, case.mesh)
-        check = uneven._Check(pb)
-        own = sorted({q.dim for r in pb.group.readings for q in r.pieces})
-        dims = sorted(view.out_sizes) if view.local_view else own
-        cands: list[uneven.Sharding] = [*dict.fromkeys(uneven._structural(pb, s[0]))][:4]
-        if dims:
-            cands.append((data.draw(st.sampled_from(dims)), data.draw(st.integers(1, 9))))
-        for cand in [*cands, None]:
-            o, sf = cand if cand is not None else (None, 1)
-            fast = bool(check.survivors(o, [sf])) and (cand is None or check.placed(cand))
-            ranks = itertools.product(*(range(case.mesh[j]) for j in pb.checked_mesh_dims))
-            slow = all(
-                uneven._mismatch_at(pb, cand, tuple(zip(pb.checked_mesh_dims, r, strict=True)))
-                is None
-                for r in ranks
-            )
-            assert fast == slow, f"{case}: mesh dim {pb.i}, candidate {cand}"
-        kept, choice, _ = uneven._decide(pb, s[0])
-        ins, outs = (*ins, s if kept else None), (*outs, choice if kept else None)
-
-
-# --------------------------------------------------------------------------- the exact sets
-
-
-def _elements(s: uneven.IntSet) -> list[int]:
-    return [a + t * st + k for a, w, st, c in s for t in range(c) for k in range(w)]
-
-
-@st.composite
-def dim_sets(draw: st.DrawFn) -> tuple[uneven.IntSet, int, np.ndarray]:
-    """A dim of size 1-40 under 0-3 random placements: the fallback's set and the oracle's."""
-    size = draw(st.integers(1, 40))
-    mesh = tuple(draw(st.lists(st.integers(1, 5), min_size=1, max_size=3)))
-    ps = [
-        Shard(0) if sf == 1 else _StridedShard(0, split_factor=sf)
-        for sf in draw(st.lists(st.integers(1, 7), min_size=len(mesh), max_size=len(mesh)))
-    ]
-    coord = tuple(draw(st.integers(0, m - 1)) for m in mesh)
-    steps = tuple(
-        (p.split_factor if isinstance(p, _StridedShard) else 1, m, c)
-        for p, m, c in zip(ps, mesh, coord, strict=True)
-    )
-    (want,) = oracle.local_indices((size,), ps, mesh, coord)
-    return uneven._dim_set(size, steps), size, want
-
-
-@ENGINE
-@given(st.lists(dim_sets(), min_size=1, max_size=3))
-def test_exact_sets_match_the_oracle(digits: list[tuple[uneven.IntSet, int, np.ndarray]]) -> None:
-    """Per-dim sets equal the oracle's indices; their row-major product and its canonical form
-    equal numpy's, whatever families the product happened to be built from."""
-    for got, _, want in digits:
-        assert _elements(got) == want.tolist()
-    sizes = tuple(n for _, n, _ in digits)
-    flat = uneven._flat([(s, n) for s, n, _ in digits])
-    grid = np.arange(math.prod(sizes)).reshape(sizes)
-    want_flat = grid[np.ix_(*[w for _, _, w in digits])].reshape(-1).tolist()
-    assert _elements(flat) == want_flat
-    singles = tuple((x, 1, 0, 1) for x in want_flat)
-    assert uneven._canonical(flat) == uneven._canonical(singles)
+        assert not moved, f"{case}: ours moves {moved} ({out}), the brute force keeps {answer}"
+        _record("zero-comm: found")

@@ -1,13 +1,17 @@
 """What the engine says when a mesh dim cannot stay as it is.
 
-``Blocked`` records one mesh dim that a view forces to move: which tensor dim it shards, and why.
-``RedistributionRequired`` (a RuntimeError, as DTensor raises for views that need communication)
-carries the list and names the first in its message.
+``Blocked`` records one mesh dim that a view forces to move: which tensor dim it shards, and
+why. ``RedistributionRequired`` (a RuntimeError, as DTensor raises for views that need
+communication) carries the list and names the first in its message. ``reason`` writes the
+text of a :class:`~cute_shard.engine.decide.Fail`; only a caller that shows it pays for it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+from .decide import Fail
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,3 +45,95 @@ class RedistributionRequired(RuntimeError):
             f"view needs communication: tensor dim {first.tensor_dim} is sharded on mesh dim "
             f"{first.mesh_dim} and {first.reason}{more}{hint}"
         )
+
+
+def reason(fail: Fail, mesh_dim: int, dim: int, sf: Any, size: int, pair: int) -> str:
+    """The text of why mesh dim ``mesh_dim`` (size ``size``, ``(dim, sf)``) cannot stay."""
+    kind = fail.kind
+    what = f"its shards of tensor dim {dim}" if sf == 1 else (
+        f"its _StridedShard (split factor {sf}) of tensor dim {dim}"
+    )
+    if dim == pair:
+        return "view_as_complex needs whole (real, imag) pairs on every rank"
+    if kind == "nowhere":
+        return (
+            f"the view keeps no output dim for tensor dim {dim}: it would remove or reshape "
+            "a sharded dimension, which requires redistribution (only a mesh dim of size 1 can "
+            "shard a dim the view drops)"
+        )
+    if kind == "symbolic":
+        return (
+            "the view mixes it with symbolic sizes, and its shard sizes cannot be proven to "
+            "divide evenly for every value"
+        )
+    group, state = fail.group, fail.state
+    if kind == "split" or group is None or state is None:
+        return (
+            f"{what} leave ranks with different local sizes (uneven chunks), and no one "
+            "output placement gives every rank its own elements"
+        )
+    ins, outs, _ = state
+    ax = dim if group.axis is None else group.axis[dim]
+    length = ins[ax]
+    inner: Any = 1
+    for x in ins[ax + 1 :]:
+        inner = inner * x
+    if kind == "straddle":
+        ch = length // (sf * size)
+        run = ch * inner
+        return (
+            f"the view cuts {what}: each rank's chunk of {_rows(ch)} is a run of {run} "
+            f"elements of the flat index, which {_spanned(group, outs, run, size)}, and one "
+            "mesh dim can shard only one tensor dim (reshaping it requires redistribution)"
+        )
+    pc = -(-length // sf)
+    ch = -(-pc // size)
+    piece = f"{length}" if sf == 1 else f"{pc} (a piece of the split factor {sf})"
+    held = f"[0, {ch * inner})"
+    o = _home_axis(group, dim)
+    given = ""
+    if o >= 0 and type(outs[o]) is int:
+        j = 1
+        for x in outs[o + 1 :]:
+            j = j * x
+        out_dim = group.out_dim(o)
+        given = (
+            f", where Shard({out_dim}) of the output would give it "
+            f"[0, {-(-outs[o] // size) * j})"
+        )
+    return (
+        f"tensor dim {dim} (local size {piece}) is not evenly divisible by mesh dimension "
+        f"{mesh_dim} (size {size}): each rank holds ceil({pc}/{size})={ch} rows of it, the last "
+        f"ranks fewer or none, so rank 0 holds {held} of the view's flat index"
+        f"{given}; no output placement chunks the view that way"
+    )
+
+
+def _rows(n: Any) -> str:
+    return "1 row" if n == 1 else f"{n} rows"
+
+
+def _home_axis(group: Any, dim: int) -> int:
+    o = group.home.get(dim, -1)
+    return -1 if o < 0 else group.out_axis(o)
+
+
+def _spanned(group: Any, outs: tuple[Any, ...], s: Any, size: int) -> str:
+    """Where the runs ``[s*c, s*(c+1))`` of the flat local index fall among the output dims."""
+    if type(s) is not int:
+        return "no output dim holds whole"
+    hit: list[int] = []
+    inner = 1
+    for k in range(len(outs) - 1, -1, -1):
+        lo, hi = inner, inner * outs[k]
+        if type(hi) is not int:
+            break
+        if lo < s * size and hi > s and group.out_dim(k) >= 0:
+            hit.append(group.out_dim(k))
+        inner = hi
+    hit.sort()
+    if len(hit) > 1:
+        return f"crosses the boundary of output dims {' and '.join(map(str, hit))}"
+    if hit:
+        return f"is not a whole number of rows of output dim {hit[0]}, or not a chunk of it"
+    return "no output dim holds whole"

@@ -1,40 +1,36 @@
-"""A DTensor sharding as a CuTe layout: each tensor dim split into (local, gpu) sub-modes.
+"""A DTensor sharding as a CuTe layout of the global tensor: each tensor dim split into
+(local, gpu) sub-modes.
 
 For a tensor dim of size n, the row-major position ``p`` of an element inside that dim is
 
     p = local(i) + sum over mesh dims m sharding it of gpu_m(c_m)
 
 where ``i`` is the element's index inside the rank's local tensor and ``c_m`` is the rank's
-coordinate on mesh dim m. ``local`` and every ``gpu_m`` are CuTe layouts. Together their leaves
-are a bijection onto ``[0, n)``: sorted by stride they are a compact mixed radix, so each
-stride is the product of the sizes of the faster leaves. A dim is therefore stored as its
-leaves in stride order, fastest first, each tagged local or ``(mesh dim, part)``. Every stride
-follows from the order, and the order comes from how the leaves were made, so no stride is
-ever compared (strides may be SymInts). The local layout is increasing, because DTensor keeps
-elements in global order inside a shard.
+coordinate on mesh dim m. ``local`` and every ``gpu_m`` are CuTe layouts, and together their
+leaves are a bijection onto ``[0, n)``: in stride order a compact mixed radix, each stride the
+product of the faster leaves' sizes. A dim is stored as its leaves in stride order, fastest
+first, each tagged local or ``(mesh dim, part)``.
 
-DTensor applies placements left to right over mesh dims, each one on the local tensor that the
-mesh dims before it left. So ``placements_to_layout`` starts every dim at ``n:1`` and, for
-every Shard/_StridedShard, carves a gpu sub-mode out of the current local layout. This is
-``logical_divide(local, tile)`` with CuTe's tile for that placement:
+DTensor applies placements left to right over mesh dims, each on the local tensor the ones
+before it left, so ``placements_to_layout`` starts every dim at ``n:1`` and carves, for every
+Shard/_StridedShard, a gpu sub-mode out of the current local layout: CuTe's
+``logical_divide(local, tile)`` with tile ``(L/M):1`` for ``Shard`` and
+``(L/(sf*M), sf):(1, L/sf)`` for ``_StridedShard``. On the increasing local layout that is two
+cuts: the fastest ``L/(sf*M)`` stay local, the next M are the gpu sub-mode. A cut that would
+split a leaf other than at a divisor, or a carve that ``sf*M`` does not divide (uneven
+shards), has no layout: the function returns None.
 
-- ``Shard``: tile ``(L/M):1``. The local index splits as ``c*(L/M) + j``, so the gpu is the
-  slowest factor M of the local index.
-- ``_StridedShard(sf)``: tile ``(k, sf):(1, L/sf)`` with ``k = L/(sf*M)``. The gpu is the
-  factor M between the fastest k and the slowest sf.
-
-On leaves the divide is two cuts of an increasing layout: the fastest k, then the next M.
-A cut that would split a leaf other than by a divisor cannot be a layout. That happens with
-uneven sizes (``torch.chunk`` leaves a short tail) and with some stacks of mesh dims on one
-tensor dim. ``placements_to_layout`` then returns None, and the engine hands the case to the
-fallback.
+This is the layout the engine's router works in (``decide.py``, which takes the same
+``logical_divide`` one mesh dim at a time, in local coordinates); here it is written out
+whole for the command line and for the property tests that hold the engine to the layout
+algebra (``property_tests/test_engine_layout.py``).
 
 Worked example: global shape (8, 16), mesh (2, 4), placements [Shard(0), _StridedShard(1, sf=2)]:
 
     dim 0: n=8   local 4:1          gpu(mesh 0) 2:4
     dim 1: n=16  local (2,2):(1,8)  gpu(mesh 1) 4:2
 
-So in dim 1 a rank at mesh coordinate c1 holds positions {0,1,8,9} + 2*c1. In CuTe notation
+so a rank at mesh coordinate c1 holds positions {0,1,8,9} + 2*c1 of dim 1; in CuTe notation
 the sharded layout is ``((4,2),((2,2),4)):((16,64),((1,8),2))``.
 """
 
@@ -42,148 +38,79 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from torch.distributed.tensor.placement_types import (
-    Partial,
-    Placement,
-    Replicate,
-    Shard,
-    _StridedShard,
-)
+from torch.distributed.tensor.placement_types import Partial, Placement
 
 from ..layout import Layout
-from .sizes import Size, divides, is_one, is_static, prod
+from .propagate import parse_placements
+
+__all__ = ["LOCAL", "DimSharding", "ShardedLayout", "compose_view", "placements_to_layout"]
 
 # A sub-mode: (size, mesh dim or LOCAL, part). ``part`` numbers a mesh dim's leaves in its
 # coordinate's colexicographic order. Sizes are > 1.
-Leaf = tuple[Size, int, int]
+Leaf = tuple[int, int, int]
 LOCAL = -1
-Mode = tuple[Size, Size]  # (size, stride) of a CuTe leaf
-
-__all__ = [
-    "DimSharding",
-    "MeshPlacement",
-    "ShardedLayout",
-    "layout_to_placements",
-    "normalize_placements",
-    "placements_to_layout",
-]
-
-
-# --------------------------------------------------------------------------------------------
-# The placement list, validated and normalised
-
-# One per mesh dim: None for Replicate, (dim, split_factor) for Shard/_StridedShard (a Shard is
-# split factor 1), or the Partial object itself.
-MeshPlacement = None | tuple[int, Size] | Partial
-
-
-def normalize_placements(
-    placements: Sequence[Placement], ndim: int, mesh_shape: Sequence[int]
-) -> tuple[MeshPlacement, ...]:
-    """Check ``placements`` against the tensor rank and the mesh (ValueError names the bad one)."""
-    if len(placements) != len(mesh_shape):
-        raise ValueError(
-            f"got {len(placements)} placements for a mesh of {len(mesh_shape)} dims "
-            f"{tuple(mesh_shape)}: give exactly one placement per mesh dim"
-        )
-    out: list[MeshPlacement] = []
-    for m, (p, size) in enumerate(zip(placements, mesh_shape, strict=True)):
-        if type(size) is not int or size < 1:
-            raise ValueError(f"mesh dim {m} has size {size!r}; mesh sizes must be ints >= 1")
-        if isinstance(p, _StridedShard):
-            sf = p.split_factor
-            if is_static(sf) and sf < 1:
-                raise ValueError(f"mesh dim {m}: _StridedShard split_factor must be >= 1, got {sf}")
-            out.append((_tensor_dim(p.dim, ndim, m), sf))
-        elif isinstance(p, Shard):
-            out.append((_tensor_dim(p.dim, ndim, m), 1))
-        elif isinstance(p, Partial):
-            out.append(p)
-        elif isinstance(p, Replicate):
-            out.append(None)
-        else:
-            raise ValueError(f"mesh dim {m}: unsupported placement {p!r}")
-    return tuple(out)
-
-
-def _tensor_dim(dim: int, ndim: int, mesh_dim: int) -> int:
-    if not -ndim <= dim < ndim:
-        raise ValueError(
-            f"mesh dim {mesh_dim} shards tensor dim {dim}, out of range for a tensor of "
-            f"{ndim} dims (expected -{ndim} <= dim < {ndim})"
-        )
-    return dim % ndim
-
-
-def to_torch_placement(p: MeshPlacement) -> Placement:
-    if p is None:
-        return Replicate()
-    if isinstance(p, Partial):
-        return p
-    dim, sf = p
-    return Shard(dim) if is_one(sf) else _StridedShard(dim, split_factor=sf)
-
-
-# --------------------------------------------------------------------------------------------
-# The sharded layout
 
 
 @dataclass(frozen=True, slots=True)
 class DimSharding:
     """One tensor dim: its size and its sub-modes in stride order, fastest first."""
 
-    size: Size
+    size: int
     leaves: tuple[Leaf, ...]
 
-    def modes(
-        self,
-    ) -> tuple[tuple[tuple[Size, Size], ...], dict[int, tuple[tuple[Size, Size], ...]]]:
+    def modes(self) -> tuple[tuple[tuple[int, int], ...], dict[int, tuple[tuple[int, int], ...]]]:
         """``(local, {mesh dim: gpu})`` as ``(size, stride)`` leaves with strides in the dim."""
-        local: list[tuple[Size, Size]] = []
-        gpu: dict[int, list[tuple[Size, Size]]] = {}
-        stride: Size = 1
+        local: list[tuple[int, int]] = []
+        gpu: dict[int, list[tuple[int, int]]] = {}
+        stride = 1
         for size, mesh, _ in self.leaves:
             (local if mesh == LOCAL else gpu.setdefault(mesh, [])).append((size, stride))
-            stride = stride * size
+            stride *= size
         return tuple(local), {m: tuple(v) for m, v in sorted(gpu.items())}
+
+    def to_layout(self) -> Layout:
+        """``(local, (gpu_m, ...))`` of this dim as a CuTe layout, strides within the dim."""
+        return _dim_layout(self, 1)
 
 
 @dataclass(frozen=True, slots=True)
 class ShardedLayout:
     """The global tensor's layout with every sharded dim divided into (local, gpu) sub-modes."""
 
-    global_shape: tuple[Size, ...]
+    global_shape: tuple[int, ...]
     mesh_shape: tuple[int, ...]
     dims: tuple[DimSharding, ...]
     partial: tuple[tuple[int, Partial], ...]
 
     def to_layout(self) -> Layout:
-        """The CuTe layout, for static sizes.
-
-        Mode d is ``(local, (gpu_m, ...))`` of tensor dim d, with strides in elements of the
-        global row-major tensor. A dim that is not sharded has just its local mode.
-        """
+        """The CuTe layout: mode d is ``(local, (gpu_m, ...))`` of tensor dim d (just its
+        local mode when no mesh dim shards it), strides in elements of the global row-major
+        tensor."""
         row = 1
-        modes_shape: list[object] = []
-        modes_stride: list[object] = []
+        shapes: list[object] = []
+        strides: list[object] = []
         for dim in reversed(self.dims):
-            local, gpu = dim.modes()
-            local_shape, local_stride = _leaf_mode(local, row)
-            if gpu:
-                g = [_leaf_mode(leaves, row) for leaves in gpu.values()]
-                gpu_shape = g[0][0] if len(g) == 1 else tuple(s for s, _ in g)
-                gpu_stride = g[0][1] if len(g) == 1 else tuple(d for _, d in g)
-                modes_shape.append((local_shape, gpu_shape))
-                modes_stride.append((local_stride, gpu_stride))
-            else:
-                modes_shape.append(local_shape)
-                modes_stride.append(local_stride)
-            row = row * dim.size
-        return Layout(tuple(reversed(modes_shape)), tuple(reversed(modes_stride)))
+            mode = _dim_layout(dim, row)
+            shapes.append(mode.shape)
+            strides.append(mode.stride)
+            row *= dim.size
+        return Layout(tuple(reversed(shapes)), tuple(reversed(strides)))
 
 
-def _leaf_mode(leaves: tuple[tuple[Size, Size], ...], scale: int) -> tuple[object, object]:
+def _dim_layout(dim: DimSharding, scale: int) -> Layout:
+    local, gpu = dim.modes()
+    ls, lt = _mode(local, scale)
+    if not gpu:
+        return Layout(ls, lt)
+    g = [_mode(leaves, scale) for leaves in gpu.values()]
+    gs = g[0][0] if len(g) == 1 else tuple(s for s, _ in g)
+    gt = g[0][1] if len(g) == 1 else tuple(t for _, t in g)
+    return Layout((ls, gs), (lt, gt))
+
+
+def _mode(leaves: tuple[tuple[int, int], ...], scale: int) -> tuple[object, object]:
     if not leaves:
         return 1, 0
     if len(leaves) == 1:
@@ -192,158 +119,111 @@ def _leaf_mode(leaves: tuple[tuple[Size, Size], ...], scale: int) -> tuple[objec
 
 
 def placements_to_layout(
-    global_shape: Sequence[Size],
-    placements: Sequence[Placement] | tuple[MeshPlacement, ...],
-    mesh_shape: Sequence[int],
+    global_shape: Sequence[int], placements: Sequence[Placement], mesh_shape: Sequence[int]
 ) -> ShardedLayout | None:
-    """The sharded layout of ``placements``, or None where a layout cannot express it.
-
-    None means a carve did not divide evenly (uneven sizes) or cut a leaf other than by a
-    divisor. Placements may be torch Placement objects or the normalised form.
-    """
+    """The sharded layout of ``placements``, or None where a layout cannot express it (a carve
+    that does not divide evenly, or that cuts a leaf other than at a divisor)."""
     shape = tuple(global_shape)
-    norm = _as_normalized(placements, len(shape), mesh_shape)
-    dims: list[tuple[Leaf, ...]] = [((n, LOCAL, 0),) if not is_one(n) else () for n in shape]
+    mesh = tuple(mesh_shape)
+    if not all(type(n) is int for n in shape):
+        return None
+    norm = parse_placements(placements, len(shape), mesh)
+    dims: list[tuple[Leaf, ...]] = [((n, LOCAL, 0),) if n != 1 else () for n in shape]
     partial: list[tuple[int, Partial]] = []
     for m, p in enumerate(norm):
         if p is None:
             continue
-        if isinstance(p, Partial):
+        if type(p) is not tuple:
             partial.append((m, p))
             continue
         d, sf = p
-        carved = carve(dims[d], m, mesh_shape[m], sf)
+        if type(sf) is not int:
+            return None
+        carved = carve(dims[d], m, mesh[m], sf)
         if carved is None:
             return None
         dims[d] = carved
     return ShardedLayout(
         shape,
-        tuple(mesh_shape),
+        mesh,
         tuple(DimSharding(n, leaves) for n, leaves in zip(shape, dims, strict=True)),
         tuple(partial),
     )
 
 
-def _as_normalized(
-    placements: Sequence[Placement] | tuple[MeshPlacement, ...],
-    ndim: int,
-    mesh_shape: Sequence[int],
-) -> tuple[MeshPlacement, ...]:
-    if all(p is None or isinstance(p, (tuple, Partial)) for p in placements):
-        return tuple(placements)  # type: ignore[arg-type]
-    return normalize_placements(placements, ndim, mesh_shape)  # type: ignore[arg-type]
-
-
 def carve(
-    leaves: tuple[Leaf, ...], mesh_dim: int, mesh_size: int, split_factor: Size
+    leaves: tuple[Leaf, ...], mesh_dim: int, mesh_size: int, split_factor: int
 ) -> tuple[Leaf, ...] | None:
-    """Divide the local sub-modes of one dim for one placement on ``mesh_dim``.
-
-    ``logical_divide(local, tile)`` with the Shard/_StridedShard tile: along the local leaves
-    (the dim's leaves less the gpu leaves of earlier mesh dims), the fastest
-    ``k = L/(sf*M)`` stay local, the next ``M`` become ``mesh_dim``'s gpu leaves, and the
-    slowest ``sf`` stay local. Returns the dim's new leaves. Returns None when ``sf*M`` does not
-    divide ``L`` or a cut falls inside a leaf other than at a divisor.
-    """
+    """``logical_divide`` of one dim's local sub-modes for one placement on ``mesh_dim``: along
+    the local leaves, the fastest ``k = L/(sf*M)`` stay local, the next ``M`` become
+    ``mesh_dim``'s gpu leaves, the slowest ``sf`` stay local. None when ``sf*M`` does not
+    divide ``L`` or a cut falls inside a leaf other than at a divisor."""
     if mesh_size == 1:
         return leaves
-    total = prod(s for s, mesh, _ in leaves if mesh == LOCAL)
-    if not divides(mesh_size * split_factor, total):
+    total = 1
+    for s, mesh, _ in leaves:
+        if mesh == LOCAL:
+            total *= s
+    if total % (mesh_size * split_factor):
         return None
     k = total // (mesh_size * split_factor)
+    cuts = (k, k * mesh_size)
     out: list[Leaf] = []
-    done: Size = 1  # product of the local leaves walked so far
+    done = 1  # product of the local leaves walked so far
     part = 0
     for size, mesh, p in leaves:
         if mesh != LOCAL:
             out.append((size, mesh, p))
             continue
-        # Local leaf covering [done, done*size) of the local index: the gpu is [k, k*M).
-        pieces = _split_at(size, done, (k, k * mesh_size))
-        if pieces is None:
-            return None
-        for piece_size, lo in pieces:
-            inside = divides(k, lo) and not divides(k * mesh_size, lo)
-            if inside:
-                out.append((piece_size, mesh_dim, part))
-                part += 1
-            else:
-                out.append((piece_size, LOCAL, 0))
-        done = done * size
-    return coalesce_leaves(out)
+        start, end = done, done * size
+        for c in cuts:  # split the leaf [start, end) at the cuts inside it
+            if c % start == 0 and end % c == 0 and start < c < end:
+                out.append(_tag(c // start, start, k, mesh_size, mesh_dim, part))
+                part += out[-1][1] == mesh_dim
+                start = c
+            elif start < c < end:
+                return None
+        out.append(_tag(end // start, start, k, mesh_size, mesh_dim, part))
+        part += out[-1][1] == mesh_dim
+        done = end
+    return _coalesce([leaf for leaf in out if leaf[0] > 1])
 
 
-def coalesce_leaves(leaves: Sequence[Leaf]) -> tuple[Leaf, ...]:
-    """Merge neighbouring sub-modes that are one mode: two local ones, or consecutive parts
-    of one mesh dim (CuTe's coalesce, on the stride-ordered leaves)."""
+def _tag(size: int, lo: int, k: int, m: int, mesh_dim: int, part: int) -> Leaf:
+    inside = lo % k == 0 and lo < k * m
+    return (size, mesh_dim, part) if inside else (size, LOCAL, 0)
+
+
+def _coalesce(leaves: list[Leaf]) -> tuple[Leaf, ...]:
+    """Merge neighbouring sub-modes that are one mode (two local ones, or consecutive parts of
+    one mesh dim: CuTe's coalesce on stride-ordered leaves), then renumber the parts."""
     out: list[Leaf] = []
     for size, mesh, part in leaves:
-        if out:
-            last_size, last_mesh, last_part = out[-1]
-            if mesh == last_mesh and (mesh == LOCAL or part == last_part + 1):
-                out[-1] = (last_size * size, mesh, last_part)
-                continue
-        out.append((size, mesh, part))
-    if len(out) == len(leaves):
-        return tuple(out)
-    # Renumber the parts of each mesh dim after merging.
+        if out and out[-1][1] == mesh and (mesh == LOCAL or part == out[-1][2] + 1):
+            out[-1] = (out[-1][0] * size, mesh, out[-1][2])
+        else:
+            out.append((size, mesh, part))
     seen: dict[int, int] = {}
     renumbered = []
     for size, mesh, _ in out:
-        part = seen.get(mesh, 0)
+        part = seen.get(mesh, 0) if mesh != LOCAL else 0
         seen[mesh] = part + 1
-        renumbered.append((size, mesh, part if mesh != LOCAL else 0))
+        renumbered.append((size, mesh, part))
     return tuple(renumbered)
 
 
-def _split_at(size: Size, lo: Size, cuts: tuple[Size, ...]) -> list[tuple[Size, Size]] | None:
-    """Split a leaf spanning ``[lo, lo*size)`` (in products) at the cut points inside it.
+def compose_view(
+    sl: ShardedLayout, rule: Sequence[Any], placements: Sequence[Placement]
+) -> ShardedLayout | None:
+    """The output's sharded layout of a view of ``sl`` (whose placements are ``placements``),
+    or None when some mesh dim cannot stay or the output has no layout. The engine decides the
+    output placements; their layout is the input layout composed with the view (the property
+    tests check the two are the same function of (local index, rank))."""
+    from .plan import make_plan
+    from .propagate import propagate_shape_and_sharding
 
-    Returns ``(piece size, piece start)`` pairs. None when a cut inside the leaf does not
-    divide it.
-    """
-    pieces: list[tuple[Size, Size]] = []
-    start = lo
-    end = lo * size
-    for c in cuts:
-        if divides(c, start) or divides(end, c):
-            continue  # the cut is at or before the leaf's start, or at or past its end
-        if not (divides(start, c) and divides(c // start, end // start)):
-            return None
-        pieces.append((c // start, start))
-        start = c
-    pieces.append((end // start, start))
-    return [(s, p) for s, p in pieces if not is_one(s)]
-
-
-# --------------------------------------------------------------------------------------------
-# Reading placements back
-
-
-def layout_to_placements(
-    leaves: Sequence[Leaf], out_dim: int
-) -> tuple[dict[int, MeshPlacement], dict[int, str]]:
-    """Placements of the mesh dims whose gpu leaves lie in output dim ``out_dim``.
-
-    ``leaves`` are the output dim's sub-modes in stride order. Mesh dims are read in order,
-    as DTensor applies them. Mesh dim m sees the dim with the gpu leaves of the mesh dims
-    before it removed. Its leaves must form one contiguous block there, in coordinate order.
-    The product of what is slower than the block is the split factor: 1 means Shard, more
-    means _StridedShard. Carving that placement out of the same local leaves gives back the
-    same block, which is why the reading is exact. Returns ``(placements, failures)`` by mesh
-    dim.
-    """
-    placements: dict[int, MeshPlacement] = {}
-    failures: dict[int, str] = {}
-    for m in sorted({mesh for _, mesh, _ in leaves if mesh != LOCAL}):
-        current = [leaf for leaf in leaves if leaf[1] == LOCAL or leaf[1] >= m]
-        at = [i for i, leaf in enumerate(current) if leaf[1] == m]
-        parts = [current[i][2] for i in at]
-        if at != list(range(at[0], at[-1] + 1)) or parts != sorted(parts):
-            failures[m] = (
-                f"its sub-modes would be interleaved with others in output dim {out_dim}, "
-                "which no Shard/_StridedShard placement describes"
-            )
-            continue
-        placements[m] = (out_dim, prod(s for s, _, _ in current[at[-1] + 1 :]))
-    return placements, failures
+    target, out = propagate_shape_and_sharding(placements, sl.global_shape, rule, sl.mesh_shape)
+    if tuple(target) != tuple(placements):
+        return None
+    out_shape = make_plan(rule, sl.global_shape, None, True).out_shape
+    return placements_to_layout(out_shape, out, sl.mesh_shape)

@@ -43,17 +43,18 @@ from .specs import (
     _INPUT_DIMS,
     SINGLETON,
     Broadcast,
+    ComplexRule,
     DimSpec,
     Flatten,
-    Group,
     InputDim,
     NewDim,
     Repeat,
     Rule,
+    ViewRule,
     Split,
     _broadcast_raw,
     _flatten_raw,
-    _grouped,
+    _view_rule,
     _split_raw,
 )
 
@@ -257,24 +258,20 @@ def _infer_int(total: int, sizes: tuple[int, ...]) -> tuple[int, ...]:
 
 
 @lru_cache(maxsize=_CACHE_SIZE)
-def _view_groups_int(from_shape: tuple[int, ...], to_shape: tuple[int, ...]) -> Rule:
-    # Int-only twin of _view_groups_sym with comparisons inlined and specs
-    # built unchecked (their invariants hold by construction here); keep the
-    # two in step -- tests check they agree on ints. A rule with a Split and no
-    # size-0 dim is a GroupedRule: its groups are recorded as they are emitted.
+def _view_groups_int(from_shape: tuple[int, ...], to_shape: tuple[int, ...]) -> ViewRule:
+    # Int-only twin of _view_groups_sym with comparisons inlined and specs built unchecked
+    # (their invariants hold by construction here); tests check the two agree on ints.
     total = 1
     for s in from_shape:
         total *= s
     to = _infer_int(total, to_shape)
+    if total == 0:
+        return _view_rule(_view_groups_empty(from_shape, to))
     out: list[DimSpec] = []
     append = out.append
     dtab = _INPUT_DIMS
     nf = len(from_shape)
     nt = len(to)
-    # The groups (see GroupedRule), recorded from the first Split on: a rule with no
-    # Split is quick for a propagator to scan, and is a plain tuple.
-    where: list[int] | None = None
-    groups: list[Group] = []
     fi = ti = 0
     while fi < nf or ti < nt:
         f0, t0 = fi, ti
@@ -289,121 +286,91 @@ def _view_groups_int(from_shape: tuple[int, ...], to_shape: tuple[int, ...]) -> 
         else:
             t = 1
         if f == 1 and t != 1:
-            if fi == f0:
-                # Input exhausted but an output size != 1 remains: only possible
-                # when numel == 0 (torch's view_groups loops forever here).
-                append(NewDim.new(t))
-            else:
-                ti = t0  # a size-1 input dim maps to nothing; retry t
+            ti = t0  # a size-1 input dim maps to nothing; retry t
             continue
         if t == 1 and f != 1:
-            if ti != t0:
-                fi = f0  # a new size-1 output dim; retry f
-                append(SINGLETON)
-            # else: output exhausted with a leftover input dim (numel == 0 only;
-            # torch loops forever): the dim is dropped.
+            fi = f0  # a new size-1 output dim; retry f
+            append(SINGLETON)
             continue
         while f != t:
-            if fi < nf and (ti >= nt or t > f or t == 0):
+            if fi < nf and (ti >= nt or t > f):
                 f *= from_shape[fi]
                 fi += 1
-            elif ti < nt:
+            else:
                 t *= to[ti]
                 ti += 1
-            else:
-                break
         if ti == t0:
             continue  # trailing size-1 input dims: nothing to emit
+        if fi == f0:
+            append(SINGLETON)  # trailing size-1 output dims
+            continue
         src: DimSpec
-        dims_of = ()  # (the input dims of a group of several)
         if fi - f0 == 1:
-            src = (dtab[f0] if f0 < 64 else InputDim(f0)) if from_shape[f0] != 0 else SINGLETON
-        elif f0 + 1 < fi <= 64 and 0 not in from_shape[f0:fi]:
+            src = dtab[f0] if f0 < 64 else InputDim(f0)
+        else:
             src = _FLATTENS.get((f0, fi))  # type: ignore[assignment]
             if src is None:
-                src = _flatten_raw(dtab[f0:fi], tuple(range(f0, fi)))
-            dims_of = src.dims  # type: ignore[attr-defined]
-        else:
-            # Size-0 input dims are left out of the flatten, as torch does.
-            dims = [dtab[i] if i < 64 else InputDim(i) for i in range(f0, fi) if from_shape[i] != 0]
-            n_dims = len(dims)
-            src = (
-                SINGLETON if n_dims == 0 else dims[0] if n_dims == 1 else _flatten_raw(tuple(dims))
-            )
-            dims_of = tuple(range(f0, fi))  # (with a size-0 dim, no table is kept)
+                src = _flatten_raw(
+                    tuple([dtab[i] if i < 64 else InputDim(i) for i in range(f0, fi)]),
+                    tuple(range(f0, fi)),
+                )
         if ti - t0 == 1:
-            if where is not None:
-                _record(where, groups, f0, fi, dims_of, len(out))
             append(src)
             continue
-        # Split.new(src, group, k) for every piece, with the size-1-free
-        # group computed once.
+        # Split.new(src, group, k) for every piece, with the size-1-free group computed once.
         group = to[t0:ti]
         kept = tuple([s for s in group if s != 1])
         if len(kept) == 1:
             for s in group:
-                if s == 1:
-                    append(SINGLETON)
-                else:
-                    if where is not None:
-                        _record(where, groups, f0, fi, dims_of, len(out))
-                    append(src)
+                append(SINGLETON if s == 1 else src)
             continue
-        if where is None:
-            where = _recorded(out, nf, groups) if out else [-1] * nf
-        if fi - f0 == 1:
-            where[f0] = -2 - len(groups)
-        else:
-            where[f0:fi] = [-2 - len(groups)] * (fi - f0)
-        o = len(out)
-        targets: Sequence[int]
-        if len(kept) == len(group):  # (no size-1 piece)
-            for k in range(len(kept)):
+        k = 0
+        for s in group:
+            if s == 1:
+                append(SINGLETON)
+            else:
                 append(_split_raw(src, kept, k))
-            targets = range(o, len(out))
+                k += 1
+    return _view_rule(out)
+
+
+def _view_groups_empty(from_shape: tuple[Size, ...], to: tuple[Size, ...]) -> list[DimSpec]:
+    """The rule of a view of an empty tensor (numel 0). Any grouping multiplies out (0 == 0),
+    so the dims equal at the front and at the back are moved whole and the rest, widened
+    until both sides of it hold a size-0 dim, is one group: ``(0, 8) -> (0,)`` is
+    ``(flat(d0,d1),)``, ``(5, 0, 2) -> (5, 0, 3)`` is ``(d0, split(flat(d1,d2), (0,3), ..))``."""
+    op = "view_groups"
+    nf, nt = len(from_shape), len(to)
+    p = 0
+    while p < nf and p < nt and decide_eq(from_shape[p], to[p], op):
+        p += 1
+    s = 0
+    while s < nf - p and s < nt - p and decide_eq(from_shape[nf - 1 - s], to[nt - 1 - s], op):
+        s += 1
+    lo, f_hi, t_hi = p, nf - s, nt - s
+    if lo == f_hi and lo == t_hi:
+        return [_D(i) for i in range(nf)]
+
+    def has_zero(sizes: tuple[Size, ...]) -> bool:
+        return any(decide_eq(x, 0, op) for x in sizes)
+
+    while not has_zero(from_shape[lo:f_hi]) or not has_zero(to[lo:t_hi]):
+        if lo > 0:
+            lo -= 1
         else:
-            at = []
-            k = 0
-            for s in group:
-                if s == 1:
-                    append(SINGLETON)
-                else:
-                    at.append(len(out))
-                    append(_split_raw(src, kept, k))
-                    k += 1
-            targets = tuple(at)
-        groups.append((dims_of or (f0,), kept, targets))
-    if where is None or total == 0:
-        return tuple(out)
-    return _grouped(out, (from_shape, tuple(where), tuple(groups)))
-
-
-def _recorded(rule: list[DimSpec], ndim: int, groups: list[Group]) -> list[int]:
-    """``where`` for the output dims built before a rule's first ``Split`` (moved whole,
-    flattened or size-1), their ``Flatten`` groups appended to ``groups`` (each a run of
-    consecutive input dims, as the builder makes them)."""
-    where = [-1] * ndim
-    for o, spec in enumerate(rule):
-        if type(spec) is InputDim:
-            where[spec.input_dim] = o
-        elif type(spec) is Flatten:
-            _record(where, groups, spec.dims[0], spec.dims[-1] + 1, spec.dims, o)
-    return where
-
-
-def _record(
-    where: list[int], groups: list[Group], f0: int, fi: int, dims: tuple[int, ...], o: int
-) -> None:
-    """Record the input dims ``f0 .. fi-1`` as output dim o (see ``GroupedRule``): one moved
-    whole, several a ``Flatten`` (``dims``), none a size-1 dim past the input's end."""
-    if fi - f0 == 1:
-        where[f0] = o
-    elif fi > f0:
-        where[f0:fi] = [-2 - len(groups)] * (fi - f0)
-        groups.append((dims, None, (o,)))
+            f_hi, t_hi = min(f_hi + 1, nf), min(t_hi + 1, nt)
+    out: list[DimSpec] = [_D(i) for i in range(lo)]
+    src = Flatten.new([_D(i) for i in range(lo, f_hi)])
+    group = to[lo:t_hi]
+    _emit_group(out, src, group, [decide_eq(x, 1, op) for x in group])
+    out.extend(_D(i) for i in range(f_hi, nf))
+    return out
 
 
 def _view_groups_sym(from_shape: tuple[Size, ...], to_shape: tuple[Size, ...]) -> Rule:
+    if any(decide_eq(x, 0, "view_groups") for x in from_shape):
+        to = _infer(_prod(from_shape), to_shape, "view_groups", "to_shape")
+        return tuple(_view_groups_empty(from_shape, to))
     # Monomial codes settle the usual comparisons (prefix products, one a multiple of the
     # other) without the ShapeEnv; anything they leave open is asked of it, from the start.
     codes = Codes()
@@ -573,7 +540,7 @@ def view_groups(from_shape: ShapeArg, to_shape: ShapeArg) -> Rule:
     ts, t_int = _sizes(to_shape, "view_groups", "to_shape", allow_minus_one=True)
     if f_int and t_int:
         return _view_groups_int(fs, ts)
-    return _view_groups_sym(fs, ts)
+    return _view_rule(_view_groups_sym(fs, ts))  # type: ignore[arg-type]
 
 
 def unflatten(shape: ShapeArg, dim: int, sizes: ShapeArg) -> Rule:
@@ -670,8 +637,8 @@ def view_as_complex(shape: ShapeArg) -> Rule:
         )
     n = len(s)
     if n == 1:
-        return ()
-    return (*[_D(i) for i in range(n - 2)], Flatten((_D(n - 2), _D(n - 1))))
+        return tuple.__new__(ComplexRule, ())
+    return tuple.__new__(ComplexRule, (*[_D(i) for i in range(n - 2)], Flatten((_D(n - 2), _D(n - 1)))))
 
 
 def view_as_real(shape: ShapeArg) -> Rule:

@@ -65,14 +65,14 @@ __all__ = [
     "Broadcast",
     "DimSpec",
     "Flatten",
-    "Group",
-    "GroupedRule",
+    "ComplexRule",
     "InputDim",
     "NewDim",
     "Repeat",
     "Rule",
     "Singleton",
     "Split",
+    "ViewRule",
     "canonicalize",
     "format_rule",
     "map_sizes",
@@ -408,47 +408,30 @@ Rule: TypeAlias = tuple[DimSpec, ...]
 """One DimSpec per output dim."""
 
 
-# One group of a rule: (input dims, output sizes or None, output dims) -- see GroupedRule.
-Group: TypeAlias = tuple[tuple[int, ...], tuple[int, ...] | None, Sequence[int]]
-
-
-class GroupedRule(tuple):  # type: ignore[type-arg]
-    """A rule (a tuple of DimSpecs) that also carries its group structure for one input
-    shape, read off while a builder made it. It is the same tuple: equal to it, hashing as it,
-    printed as it; a propagator may use the structure instead of re-deriving it, but only for
-    that shape.
-
-    ``table`` is ``(shape, where, groups)``:
-
-    - ``shape``: the input shape the rule was built for (ints >= 1);
-    - ``where``: per input dim, its output dim if the rule moves it whole (``InputDim``),
-      ``-2 - g`` if it is in group g, and -1 if the rule drops it (a size-1 dim);
-    - ``groups``: per group, ``(src, pieces, targets)``: a ``Flatten`` of the input dims
-      ``src`` (``pieces`` None, ``targets`` its output dim), or the ``Split``\\ s of the
-      flatten of ``src`` into ``pieces`` (``targets``: the output dim of each piece).
-
-    Post: each input dim is in one group, moved whole or dropped; each group's pieces
-    multiply to the product of its input sizes; ``rule[o]`` is the DimSpec the structure
-    says for every output dim o named in it. Read-only (attributes cannot be set).
+class ViewRule(tuple):  # type: ignore[type-arg]
+    """A rule built for ``view``/``reshape``/``flatten``/``unflatten``: the same tuple (equal to
+    it, hashing as it, printed as it) that also says which op made it. The rule of a view can
+    also be another op's (dropping a size-1 dim is ``squeeze``'s too, flattening a trailing
+    ``(n, 2)`` is ``view_as_complex``'s), whose local op treats empty ranks and complex
+    elements differently; a propagator given a ``ViewRule`` knows the local op is a view.
 
     >>> from cute_shard.rules import view_groups
-    >>> view_groups((2, 16, 6), (8, 4, 6)).table
-    ((2, 16, 6), (-2, -2, 2), (((0, 1), (8, 4), range(0, 2)),))
+    >>> type(view_groups((1, 4), (4,))).__name__
+    'ViewRule'
     """
 
-    table: tuple[tuple[int, ...], tuple[int, ...], tuple[Group, ...]]
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError(f"GroupedRule is read-only; cannot set {name!r}")
+    __slots__ = ()
 
 
-def _grouped(
-    specs: list[DimSpec], table: tuple[tuple[int, ...], tuple[int, ...], tuple[Group, ...]]
-) -> GroupedRule:
-    """A GroupedRule without validation, for builders whose loop guarantees it."""
-    r = tuple.__new__(GroupedRule, specs)
-    _set(r, "table", table)
-    return r
+class ComplexRule(tuple):  # type: ignore[type-arg]
+    """The rule of ``view_as_complex`` (see :class:`ViewRule`): its output dim counts complex
+    elements, so every rank must hold whole (real, imag) pairs."""
+
+    __slots__ = ()
+
+
+def _view_rule(specs: list[DimSpec]) -> ViewRule:
+    return tuple.__new__(ViewRule, specs)
 
 
 def format_rule(rule: Iterable[DimSpec]) -> str:

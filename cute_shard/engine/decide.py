@@ -1,0 +1,307 @@
+"""The router: each mesh dim's gpu sub-mode, in the local coordinates the mesh dims before it
+leave, placed on an output dim of the view.
+
+DTensor applies placements left to right over mesh dims, each on the local tensor the ones
+before it left. So mesh dim ``i`` sees, on every rank, a local tensor of some shape, and its
+placement on input dim ``d`` splits that local tensor's row-major (flat) index ``x`` by a
+*label* ``c(x)``: the coordinate on mesh dim ``i`` of the rank that keeps element ``x``.
+
+For an even ``Shard``/``_StridedShard(sf)`` on mesh dim size ``M``, with ``l`` the local
+length of ``d``, ``I`` the product of the local lengths inside it and ``ch = l / (sf*M)``::
+
+    x = a + s*(c + M*b)    with    s = ch*I,   a < s
+
+which is ``logical_divide`` of the flat local index by the tile ``s:1``: the gpu sub-mode is
+``M:s``, local before and after it. ``Shard`` and ``_StridedShard`` are the same thing here
+(the split factor only adds outer local modes ``b``). The view keeps the flat index, so the
+sub-mode must be a sub-mode of the *output's* local layout: an output dim ``o`` whose local
+mode ``L:J`` (``J`` = the product of the output's local lengths inside ``o``) contains it,
+``J | s`` and ``s*M | J*L``. Its placement reads back as ``_StridedShard(o, J*L/(s*M))``
+(``Shard`` when that is 1). That is the composition of the gpu sub-mode with the output's
+local layout; where no output dim contains the sub-mode, it straddles a boundary of the view
+and the mesh dim must move.
+
+**Uneven sizes** use the same step. ``torch.chunk`` gives the last chunk of a dim (or of each
+split-factor piece) fewer rows, so ranks differ in their local shapes: the ranks are grouped
+into *states* (the local lengths of the input and output dims, shared by every rank in the
+state), a handful in practice. In each state the label is still a function of ``x`` that
+depends only on the local lengths: over one period ``l*I`` it is a word of runs ``0..`` per
+piece. Two labellings are equal exactly when their *primitive roots* are equal (a word that
+equals another's power is determined by its primitive root), and the root is a tuple of a few
+ints (:func:`root`). A candidate output dim is where the root's first run ends (its sub-mode's
+stride ``s``), and the split factors that chunk that output dim into the same word form an
+interval (:func:`_split_factors`); intersected over the states, its smallest value is the
+answer. In an even state this is exactly the even step above. A state whose ranks hold
+nothing needs nothing; one whose label is constant (rank 0 keeps it all, as for a sharded
+size-1 dim) needs an output dim whose chunks give rank 0 everything.
+
+Why this is exact: by induction over mesh dims, every rank holds the same set of flat indices
+on both sides, in increasing order on both (a local tensor keeps global order). Mesh dim
+``i``'s input placement and its output placement then keep the same subset exactly when the
+two labellings agree, and a local ``view`` of the final local input to the final local output
+shape is the rank's output shard.
+
+Worked example, even: ``(8, 16, 32) -> (128, 32)`` on mesh ``(2, 4)`` with
+``[Shard(0), Shard(1)]``. Mesh dim 0: ``l = 8, I = 16*32, ch = 4``: ``s = 2048``; output dim 0
+is ``128:32`` (spans ``[32, 4096)``), ``J = 32 | 2048`` and ``4096 | 4096``: ``Shard(0)``. The
+local shapes become ``(4, 16, 32)`` and ``(64, 32)``. Mesh dim 1: ``l = 16, I = 32, ch = 4``:
+``s = 128``; output dim 0 is ``64:32``: ``32 | 128`` and ``512 | 2048``:
+``_StridedShard(0, 2048/512 = 4)``.
+
+Uneven: ``(4, 15, 128) -> (60, 128)`` on mesh ``(4,)`` with ``[Shard(1)]``. ``l = 15``: chunks
+of 4 (the last 3), so the word over one row of dim 1 is ``0000 1111 2222 333`` (each letter
+128 elements); the root is that word, runs of 512 with a last run of 384. Output dim 0 has
+``J = 128``: runs of 4 rows, a piece of 15 rows: ``torch.chunk`` pieces of 15 are made by the
+split factors with ``ceil(60/sf) == 15``, only 4: ``_StridedShard(0, 4)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["CONST", "Fail", "Group", "State", "chunk_len", "place", "root", "split_states"]
+
+Size = Any  # int, or a symbolic size (``symbolic.Sym``) on the even steps only
+
+#: The root of a labelling that gives every element to coordinate 0 (each piece has one row).
+CONST = ("const",)
+
+
+class Group:
+    """Input dims and the output dims the view makes of them, as local-layout axes.
+
+    ``in_sizes``: the input axes outer to inner (a view's tensor dims, or a group of them;
+    ``axis[d]`` is tensor dim d's axis, None: axis d). Virtual axes (a ``repeat``'s copies,
+    never sharded) have no tensor dim. ``out_sizes``/``out_dims``: the output axes outer to
+    inner and the output tensor dim of each (None: axis k is output dim k; -1 for an axis no
+    placement may name, view_as_complex's (real, imag) pair). ``home.get(d, -1)``: the output
+    dim for a shard whose labelling does not place it (the ranks hold nothing, or one rank
+    holds it all).
+    """
+
+    __slots__ = ("axis", "home", "in_sizes", "out_dims", "out_sizes")
+
+    def __init__(
+        self,
+        in_sizes: tuple[Size, ...],
+        axis: dict[int, int] | None,
+        out_sizes: tuple[Size, ...],
+        out_dims: tuple[int, ...] | None,
+        home: Any,
+    ) -> None:
+        self.in_sizes = in_sizes
+        self.axis = axis
+        self.out_sizes = out_sizes
+        self.out_dims = out_dims
+        self.home = home
+
+    def start(self) -> list[State]:
+        """The one state before any mesh dim: the global sizes."""
+        return [(self.in_sizes, self.out_sizes, 0 in self.in_sizes)]
+
+    def out_dim(self, k: int) -> int:
+        return k if self.out_dims is None else self.out_dims[k]
+
+    def out_axis(self, o: int) -> int:
+        return o if self.out_dims is None else self.out_dims.index(o)
+
+
+#: (input local lengths, output local lengths, no rank of the state holds anything)
+State = tuple[tuple[Size, ...], tuple[Size, ...], bool]
+
+
+class Fail:
+    """Why a mesh dim cannot stay: ``kind`` and the state it was found in (for the message).
+
+    kinds: ``straddle`` (even: the gpu sub-mode is in no output dim), ``uneven`` (the chunks
+    line up with no output dim's), ``split`` (states need different output dims or split
+    factors), ``symbolic`` (uneven where a size is symbolic), ``nowhere`` (no output dim can
+    hold it), ``pair`` (view_as_complex needs whole (real, imag) pairs).
+    """
+
+    __slots__ = ("group", "kind", "state")
+
+    def __init__(self, kind: str, group: Group | None = None, state: State | None = None) -> None:
+        self.kind = kind
+        self.group = group
+        self.state = state
+
+
+def chunk_len(length: int, sf: int, m: int, c: int) -> int:
+    """How many of ``length`` rows the rank at coordinate ``c`` keeps under
+    ``_StridedShard(sf)`` on a mesh dim of size ``m`` (``sf`` 1: ``Shard``)."""
+    if length == 0:
+        return 0
+    pc = -(-length // sf)  # torch.chunk's piece; the last one may be shorter
+    full = length // pc
+    ch = -(-pc // m)
+    rem = length - full * pc
+    chr_ = -(-rem // m)
+    a = pc - c * ch
+    b = rem - c * chr_
+    return full * (ch if a >= ch else a if a > 0 else 0) + (chr_ if b >= chr_ else b if b > 0 else 0)
+
+
+def _piece(n: int, m: int, inner: Size) -> tuple[Size, int, Size]:
+    """The labelling of one piece of ``n`` rows chunked over ``m``: runs of ``ch`` rows labelled
+    0, 1, ... (``n // ch`` of them) and a last run of ``n % ch`` rows, each row ``inner``
+    elements: ``(ch*inner, n // ch, (n % ch)*inner)``."""
+    ch = -(-n // m)
+    return ch * inner, n // ch, (n % ch) * inner
+
+
+def root(length: Size, sf: int, m: int, inner: Size) -> Any:
+    """The primitive root of the labelling of a flat index by ``_StridedShard(sf)`` (or
+    ``Shard``) of an axis of ``length`` rows of ``inner`` elements over ``m`` ranks (m >= 2,
+    length >= 1): :data:`CONST`, or ``(A, full, B)``: the word ``A`` of one piece (a
+    :func:`_piece` triple) repeated, or ``full`` pieces then a shorter ``B`` (None if none)."""
+    q = sf * m
+    if not length % q:  # even: runs of ch rows labelled 0..m-1
+        return (length // q * inner, m, 0), 0, None
+    if type(length) is not int:
+        raise _Symbolic
+    pc = -(-length // sf)
+    if pc == 1:
+        return CONST
+    full, rem = divmod(length, pc)
+    if not rem:  # whole pieces: the word of one piece, repeated
+        return _piece(pc, m, inner), 0, None
+    return _piece(pc, m, inner), full, _piece(rem, m, inner)
+
+
+class _Symbolic(Exception):
+    """An uneven step on a symbolic size: no exact answer for every value of the symbols."""
+
+
+def _locate(r: Any, m: int, group: Group, outs: tuple[Size, ...]) -> Any:
+    """``(output axis, lo, hi)``: the axis whose labelling by every split factor in
+    ``[lo, hi]`` (``hi`` None: no bound) is the word of root ``r``, or None. The axis is where
+    the root's first run, ``a0`` elements, is a whole number of the axis's rows: the only one
+    that can hold it (an axis further in has rows too short for the pieces, one further out
+    rows longer than the run). Pieces of ``pc`` rows are all ``torch.chunk`` looks at, so the
+    split factors with ``ceil(length / sf) == pc`` all chunk alike."""
+    a, full, b = r
+    a0, runs, last = a
+    even = b is None and runs == m and type(last) is int and last == 0
+    out_dims = group.out_dims
+    inner: Size = 1
+    for k in range(len(outs) - 1, -1, -1):
+        if a0 % inner:
+            return None  # inner only grows by factors: no axis further out divides a0 either
+        length = outs[k]
+        if out_dims is None or out_dims[k] >= 0:
+            ch = a0 // inner
+            if even:
+                pc = m * ch
+                if not length % pc:
+                    if type(length) is not int or type(pc) is not int:
+                        return k, length // pc, None  # symbolic: one state, its quotient
+                    return k, length // pc, (length - 1) // (pc - 1)
+            elif type(a0) is int and type(inner) is int and not last % inner:
+                pc = runs * ch + last // inner
+                if _piece(pc, m, inner) == a:
+                    if b is None:
+                        if not length % pc:
+                            if type(length) is not int:
+                                return k, length // pc, None  # symbolic: one state
+                            return k, length // pc, (length - 1) // (pc - 1)
+                    elif type(length) is int and not b[0] % inner and not b[2] % inner:
+                        rem = b[1] * (b[0] // inner) + b[2] // inner
+                        if _piece(rem, m, inner) == b and length == full * pc + rem:
+                            return k, -(-length // pc), (length - 1) // (pc - 1)
+        inner = inner * length
+    return None
+
+
+def place(
+    group: Group, states: list[State], d: int, sf: int, m: int
+) -> tuple[int, Size, Size | None] | Fail:
+    """Where tensor dim ``d``'s placement ``sf`` on a mesh dim of size ``m`` goes:
+    ``(output axis, lo, hi)``, the split factors that work in every state, or a :class:`Fail`.
+    """
+    ax = d if group.axis is None else group.axis[d]
+    found = -1
+    lo: Size = 1
+    hi: Size | None = None
+    consts: list[tuple[Size, ...]] | None = None
+    try:
+        for state in states:
+            ins, outs, empty = state
+            if empty:
+                continue
+            inner: Size = 1
+            for x in ins[ax + 1 :]:
+                inner = inner * x
+            r = root(ins[ax], sf, m, inner)
+            if r is CONST:
+                consts = [outs] if consts is None else [*consts, outs]
+                continue
+            hit = _locate(r, m, group, outs)
+            if hit is None:
+                even = r[2] is None and r[0][1] == m and r[0][2] == 0
+                return Fail("straddle" if even else "uneven", group, state)
+            k, a, b = hit
+            if found == -1:
+                found, lo, hi = hit
+            elif k != found:
+                return Fail("split", group, state)
+            else:
+                lo = a if a > lo else lo
+                hi = b if hi is None else hi if b is None or b > hi else b
+                if hi is not None and lo > hi:
+                    return Fail("split", group, state)
+        if consts is not None:
+            if found == -1:
+                found = _home_axis(group, d)
+                if found < 0:
+                    return Fail("nowhere", group, states[0])
+            for outs in consts:  # every row its own piece: rank 0 keeps all of them
+                length = outs[found]
+                if type(length) is not int:
+                    raise _Symbolic
+                lo = length if length > lo else lo
+            if hi is not None and lo > hi:
+                return Fail("split", group, states[0])
+    except _Symbolic:
+        return Fail("symbolic", group, states[0])
+    if found == -1:  # no rank holds anything: any placement is exact
+        found = _home_axis(group, d)
+        if found < 0:
+            return Fail("nowhere", group, states[0])
+    return found, lo, hi
+
+
+def _home_axis(group: Group, d: int) -> int:
+    o = group.home.get(d, -1)
+    return -1 if o < 0 else group.out_axis(o)
+
+
+def split_states(
+    states: list[State], ax: int, sf: int, k: int, sf_out: Size, m: int
+) -> list[State]:
+    """The states after a mesh dim (size ``m``) keeps input axis ``ax`` with ``sf`` and output
+    axis ``k`` with ``sf_out``: each state's ranks, by their coordinate on it."""
+    out: list[State] = []
+    for ins, outs, empty in states:
+        length, length_out = ins[ax], outs[k]
+        new_in = list(ins)
+        new_out = list(outs)
+        if not length % (sf * m) and not length_out % (sf_out * m):  # even: one state
+            new_in[ax] = length // m
+            new_out[k] = length_out // m
+            out.append((tuple(new_in), tuple(new_out), empty))
+            continue
+        if type(length) is not int or type(length_out) is not int:
+            raise _Symbolic  # ranks of a symbolic size with unequal shares
+        seen = set()
+        for c in range(m):
+            a = chunk_len(length, sf, m, c)
+            b = chunk_len(length_out, sf_out, m, c)
+            if (a, b) not in seen:
+                seen.add((a, b))
+                new_in[ax] = a
+                new_out[k] = b
+                out.append((tuple(new_in), tuple(new_out), empty or a == 0))
+    if len(out) > 1 and all(type(x) is int for s in out for x in s[0]):
+        out = list(dict.fromkeys(out))
+    return out

@@ -1,0 +1,431 @@
+"""The plan: a rule and an input shape read once into what every step of the engine needs.
+
+A rule has one DimSpec per output dim. The plan groups them by what the view does to the
+flat (row-major) index of the input:
+
+- **A view** (``view``, ``reshape``, ``flatten``, ``unflatten``: ``InputDim``, ``Flatten``,
+  ``Split`` and ``Singleton`` with the input dims in order) keeps the whole flat index: the
+  input and output shapes are two factorings of it. Its plan is one :class:`Group` of every
+  input dim and every output dim, so a mesh dim's shard may land on any output dim, a rank
+  that holds nothing (a sharded size-1 dim, an uneven tail) needs nothing, and dropped or new
+  size-1 dims are axes like the others.
+- **Everything else** (permute, expand, repeat, squeeze, view_as_real/complex, rules whose
+  groups are not in order): one group per ``Flatten``/``Split`` source, ``Repeat`` (its copies
+  a virtual outer axis every rank holds) and ``Broadcast``; an ``InputDim`` moves its dim
+  whole, so its placements carry verbatim (``Reading.carry``); a dim no output dim holds (a
+  dropped size-1 dim) can stay only on a mesh dim of size 1.
+
+Some rules are built by ops with different local semantics: ``(d0, flat(d1,d2))`` of a
+``(.., n, 2)`` input is a view and also ``view_as_complex`` (whose output dim has n complex
+elements); ``(d1,)`` of ``(1, n)`` is a view and also ``squeeze(0)`` (whose local op keeps an
+empty rank's size-0 dim). A rule from ``cute_shard.rules`` says which op built it
+(:class:`cute_shard.rules.ViewRule`, ``ComplexRule``), and so does ``complex_view``; where
+nothing says, the plan holds every reading and an answer must hold in all of them.
+
+With symbolic sizes a view is planned group by group too: an uneven step can be exact only
+where no symbol enters, and a group without symbols keeps that.
+
+Worked example: ``view_groups((8, 16, 32), (128, 32))`` is ``(flat(d0,d1), d2)``: one view
+group with input axes ``(8, 16, 32)``, output axes ``(128, 32)``; d2 also carries whole to
+output dim 1, and the home of d0 and d1 is output dim 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..rules import (
+    Broadcast,
+    ComplexRule,
+    DimSpec,
+    Flatten,
+    InputDim,
+    NewDim,
+    Repeat,
+    Singleton,
+    Split,
+    ViewRule,
+)
+from .decide import Group, Size
+
+__all__ = ["NotStatic", "Plan", "Reading", "make_plan"]
+
+
+class NotStatic(Exception):
+    """A size of the shape or the rule is symbolic: the symbolic engine plans it."""
+
+
+class Reading:
+    """One reading of the rule: ``carry[d]`` is the output dim that input dim d moves to
+    whole; ``view`` the one group of a view (every dim is in it, carried or not), else
+    ``group_of[d]`` the group of input dim d; a dim in neither is dropped."""
+
+    __slots__ = ("carry", "group_of", "view")
+
+    def __init__(
+        self, carry: dict[int, int], group_of: dict[int, Group], view: Group | None = None
+    ) -> None:
+        self.carry = carry
+        self.group_of = group_of
+        self.view = view
+
+    def group(self, d: int) -> Group | None:
+        return self.view or self.group_of.get(d)
+
+
+class Plan:
+    """``readings``: the readings an answer must hold in (one, unless the rule's op is not
+    known); ``out_shape``: the output sizes; ``home.get(d, -1)``: input dim d's first output
+    dim, or a dropped dim's neighbour's (where a size-1 mesh dim's shard reads back);
+    ``pair``: the (real, imag) input dim of a view_as_complex reading, or -1."""
+
+    __slots__ = ("home", "out_shape", "pair", "readings")
+
+    def __init__(
+        self, readings: tuple[Reading, ...], out_shape: tuple[Size, ...], home: Any, pair: int
+    ) -> None:
+        self.readings = readings
+        self.out_shape = out_shape
+        self.home = home
+        self.pair = pair
+
+
+class _Homes:
+    """Each input dim's home output dim, worked out from ``used`` when first asked."""
+
+    __slots__ = ("_home", "used")
+
+    def __init__(self, used: list[int]) -> None:
+        self.used = used
+        self._home: dict[int, int] | None = None
+
+    def get(self, d: int, default: int = -1) -> int:
+        if self._home is None:
+            used = self.used
+            home = {d: o for d, o in enumerate(used) if o >= 0}
+            nxt = -1  # a dropped dim's home is the next kept dim's (the flat index puts it there)
+            for x in range(len(used) - 1, -1, -1):
+                if x in home:
+                    nxt = home[x]
+                elif nxt >= 0:
+                    home[x] = nxt
+            prev = -1
+            for x in range(len(used)):
+                if x in home:
+                    prev = home[x]
+                elif prev >= 0:
+                    home[x] = prev
+            self._home = home
+        return self._home.get(d, default)
+
+
+def make_plan(
+    rule: Sequence[DimSpec], shape: tuple[Size, ...], complex_view: bool | None, static: bool
+) -> Plan:
+    """Read ``rule`` for an input of ``shape`` (ValueError if they do not match). ``static``:
+    every size is an int, else raise :class:`NotStatic` (symbolic sizes are planned as
+    ``symbolic.Sym`` values, with ``static`` False)."""
+    ndim = len(shape)
+    ints = True  # (symbolic sizes need the symbolic engine only where the plan computes)
+    for n in shape:
+        if type(n) is not int:
+            ints = False
+    if ints and shape and min(shape) < 0:
+        d = next(d for d, n in enumerate(shape) if n < 0)
+        raise ValueError(f"input dim {d} has size {shape[d]}; sizes must be >= 0")
+    used = [-1] * ndim  # each input dim's (first) output dim
+    out: list[Size] = []
+    carry: dict[int, int] = {}
+    splits: dict[tuple[int, ...], list[Any]] = {}  # source dims -> [sizes, pieces seen, first o]
+    last = -1  # the last input dim of the specs read so far, if they are in order
+    in_order = True
+    is_view = False  # a Flatten or a Split that keeps the size: only view-family ops
+    plain = True  # only InputDim, Flatten, Split and Singleton
+    prev_split: tuple[tuple[int, ...], int] | None = None
+    for o, spec in enumerate(rule):
+        cls = type(spec)
+        if cls is InputDim:
+            d = spec.input_dim
+            if type(d) is not int or not 0 <= d < ndim or used[d] >= 0:
+                _bad_dim(d, ndim)
+            used[d] = o
+            carry[d] = o
+            out.append(shape[d])
+            if d <= last:
+                in_order = False
+            last = d
+            prev_split = None
+        elif cls is Split:
+            src = spec.input_dim
+            dims = (src.input_dim,) if type(src) is InputDim else getattr(src, "dims", None)
+            if dims is None:
+                raise ValueError(f"a Split can only split an input dim or a Flatten, got {src}")
+            sizes = spec.group_shape
+            j = spec.split_id
+            if static and (not ints or type(sizes[j]) is not int):
+                raise NotStatic
+            entry = splits.get(dims)
+            if entry is None:
+                for d in dims:
+                    if type(d) is not int or not 0 <= d < ndim or used[d] >= 0:
+                        _bad_dim(d, ndim)
+                    used[d] = o
+                entry = splits[dims] = [sizes, set(), o]
+            if j in entry[1] or len(sizes) != len(entry[0]):
+                raise ValueError(f"rule has piece {j} of {spec} twice, or pieces of two splits")
+            entry[1].add(j)
+            if j == 0:
+                if dims[0] <= last:
+                    in_order = False
+                last = dims[-1]
+            elif prev_split != (dims, j - 1):
+                in_order = False  # a view's pieces come in order (size-1 dims between)
+            prev_split = (dims, j)
+            out.append(sizes[j])
+        elif cls is Flatten:
+            if static and not ints:
+                raise NotStatic
+            dims = spec.dims
+            size: Size = 1
+            for d in dims:
+                if type(d) is not int or not 0 <= d < ndim or used[d] >= 0:
+                    _bad_dim(d, ndim)
+                used[d] = o
+                size = size * shape[d]
+            out.append(size)
+            if dims[0] <= last:
+                in_order = False
+            last = dims[-1]
+            is_view = True
+            prev_split = None
+        elif cls is Singleton:
+            out.append(1)
+        else:
+            if static and not ints:
+                raise NotStatic
+            out.append(_special(spec, o, shape, used, static))
+            plain = in_order = False
+    for d in range(ndim):
+        if used[d] < 0 and not _size_eq(shape[d], 1):
+            if d == ndim - 1 and ndim == 1 and not rule and _complex_op(rule, complex_view):
+                continue  # view_as_complex of a (2,) tensor: the pair is the only dim
+            raise ValueError(
+                f"rule drops input dim {d} of size {shape[d]}; only size-1 dims can disappear "
+                "(the rule does not match the shape)"
+            )
+    real = _check_splits(splits, shape)
+    if real:
+        plain = in_order = False
+    if plain and in_order and not is_view:
+        # InputDims and Singletons only: a view if it both drops and adds a dim (squeeze only
+        # drops, unsqueeze only adds); otherwise every dim moves whole.
+        is_view = len(out) > len(carry) and -1 in used
+    return _readings(rule, shape, complex_view, static, tuple(out), used, carry, in_order, is_view)
+
+
+def _readings(
+    rule: Sequence[DimSpec],
+    shape: tuple[Size, ...],
+    complex_view: bool | None,
+    static: bool,
+    out: tuple[Size, ...],
+    used: list[int],
+    carry: dict[int, int],
+    in_order: bool,
+    is_view: bool,
+) -> Plan:
+    """The plan's readings (see the module docstring)."""
+    home = _Homes(used)
+    tag = type(rule)
+    if _complex_op(rule, complex_view):
+        pair = _complex_pair(rule, shape)
+        if pair < 0:
+            if len(shape) == 1 and not rule:
+                return Plan((Reading({}, {}),), (), home, 0)
+            raise ValueError(
+                f"rule {_fmt(rule)} is not view_as_complex's for shape {shape}: its last output "
+                "dim must flatten the last two input dims, the last of size 2"
+            )
+        return Plan((_groups(rule, shape, out, carry, pair),), out, home, pair)
+    if (tag is ViewRule or is_view) and in_order and static:
+        if not all(type(n) is int for n in shape):
+            raise NotStatic
+        first = Reading(carry, {}, Group(shape, None, out, None, home))
+    else:
+        first = _groups(rule, shape, out, carry, -1)
+    pair = -1 if tag is ViewRule or complex_view is False else _complex_pair(rule, shape)
+    if pair < 0:
+        return Plan((first,), out, home, -1)
+    # a flatten of a trailing (n, 2) pair, by an op not known: a view, or view_as_complex
+    return Plan((first, _groups(rule, shape, out, carry, pair)), out, home, pair)
+
+
+def _complex_op(rule: Sequence[DimSpec], complex_view: bool | None) -> bool:
+    return type(rule) is ComplexRule if complex_view is None else complex_view
+
+
+def _complex_pair(rule: Sequence[DimSpec], shape: tuple[Size, ...]) -> int:
+    """The (real, imag) input dim if the rule is view_as_complex's, else -1."""
+    n = len(shape)
+    if n < 2 or len(rule) != n - 1 or not _size_eq(shape[-1], 2):
+        return -1
+    flat = rule[-1]
+    if type(flat) is not Flatten or flat.dims != (n - 2, n - 1):
+        return -1
+    for d in range(n - 2):
+        spec = rule[d]
+        if type(spec) is not InputDim or spec.input_dim != d:
+            return -1
+    return n - 1
+
+
+def _special(spec: DimSpec, o: int, shape: tuple[Size, ...], used: list[int], static: bool) -> Size:
+    """The output size of a ``Broadcast``, ``Repeat`` or ``NewDim`` spec, checked."""
+    cls = type(spec)
+    if cls is NewDim:
+        size = spec.size
+        if static and type(size) is not int:
+            raise NotStatic
+        return size
+    if cls is not Broadcast and cls is not Repeat:
+        raise ValueError(f"rule entry {spec!r} for output dim {o} is not a cute_shard.rules DimSpec")
+    inner = spec.dim if cls is Broadcast else spec.input_dim
+    n = spec.dim_size if cls is Broadcast else spec.times
+    if static and type(n) is not int:
+        raise NotStatic
+    if type(inner) is Singleton:
+        return n
+    if type(inner) is not InputDim:
+        raise ValueError(f"unsupported rule entry {spec} for output dim {o}")
+    d = inner.input_dim
+    if not 0 <= d < len(used) or used[d] >= 0:
+        _bad_dim(d, len(used))
+    used[d] = o
+    if cls is Repeat:
+        return shape[d] * n
+    if not _size_eq(shape[d], 1):
+        raise ValueError(
+            f"rule broadcasts input dim {d} of size {shape[d]}; only size-1 dims broadcast "
+            "(the rule does not match the shape)"
+        )
+    return n
+
+
+def _check_splits(splits: dict[tuple[int, ...], list[Any]], shape: tuple[Size, ...]) -> bool:
+    """Check every Split group is whole and multiplies out; True if one is view_as_real's
+    (``(n,)`` complex as ``(n, 2)`` reals)."""
+    real = False
+    for dims, (sizes, seen, _) in splits.items():
+        if len(seen) != len(sizes):
+            raise ValueError(
+                f"rule splits input dims {list(dims)} into {len(sizes)} pieces but has pieces "
+                f"{sorted(seen)}: every piece of a Split must be an output dim"
+            )
+        total: Size = 1
+        for d in dims:
+            total = total * shape[d]
+        whole: Size = 1
+        for x in sizes:
+            whole = whole * x
+        if _size_eq(whole, total):
+            continue
+        if len(dims) == 1 and len(sizes) == 2 and _size_eq(sizes[1], 2) and _size_eq(
+            sizes[0], total
+        ):
+            real = True
+            continue
+        raise ValueError(
+            f"rule splits input dims {list(dims)} (size {total}) into {tuple(sizes)} "
+            f"(size {whole}): the rule does not match the shape"
+        )
+    return real
+
+
+def _groups(
+    rule: Sequence[DimSpec],
+    shape: tuple[Size, ...],
+    out: tuple[Size, ...],
+    carry: dict[int, int],
+    pair: int,
+) -> Reading:
+    """The rule group by group (``pair``: view_as_complex's (real, imag) input dim, or -1)."""
+    group_of: dict[int, Group] = {}
+    carried = carry
+    for o, spec in enumerate(rule):
+        cls = type(spec)
+        if cls is Flatten:
+            dims = spec.dims
+            sizes = tuple(shape[d] for d in dims)
+            axis = {d: i for i, d in enumerate(dims)}
+            if dims[-1] == pair:  # complex elements: the (real, imag) pair is inside them
+                g = Group(sizes, axis, (sizes[0], 2), (o, -1), {dims[0]: o})
+            else:
+                g = Group(sizes, axis, (out[o],), (o,), dict.fromkeys(dims, o))
+        elif cls is Split:
+            if spec.split_id:
+                continue
+            src = spec.input_dim
+            dims = (src.input_dim,) if type(src) is InputDim else src.dims
+            pieces = spec.group_shape
+            outs = [o] * len(pieces)
+            for k, other in enumerate(rule):
+                if type(other) is Split and other.input_dim == src:
+                    outs[other.split_id] = k
+            if len(dims) == 1 and not _size_eq(_prod(pieces), shape[dims[0]]):
+                if carried is carry:
+                    carried = dict(carry)
+                carried[dims[0]] = o  # view_as_real: the new (real, imag) dim is innermost
+                continue
+            g = Group(tuple(shape[d] for d in dims), {d: i for i, d in enumerate(dims)},
+                      tuple(pieces), tuple(outs), dict.fromkeys(dims, o))
+        elif (cls is Repeat or cls is Broadcast) and type(
+            inner := spec.input_dim if cls is Repeat else spec.dim
+        ) is InputDim:
+            d = inner.input_dim
+            if cls is Repeat:  # the copies: a virtual outer axis every rank holds whole
+                g = Group((spec.times, shape[d]), {d: 1}, (out[o],), (o,), {d: o})
+            else:
+                g = Group((shape[d],), {d: 0}, (out[o],), (o,), {d: o})
+        else:
+            continue
+        for d in g.axis or ():
+            group_of[d] = g
+    return Reading(carried, group_of)
+
+
+def _bad_dim(d: object, ndim: int) -> None:
+    if type(d) is not int or not 0 <= d < ndim:
+        raise ValueError(f"rule refers to input dim {d}, but the input has {ndim} dims")
+    raise ValueError(f"rule uses input dim {d} twice; the rule does not match")
+
+
+def _fmt(rule: Sequence[DimSpec]) -> str:
+    from ..rules import format_rule
+
+    return format_rule(rule)
+
+
+def _size_eq(a: Size, b: Size) -> bool:
+    """Equal sizes, for checking a rule (symbolic sizes: equal at the hints)."""
+    if type(a) is int and type(b) is int:
+        return a == b
+    ha, hb = _hint(a), _hint(b)
+    return ha is None or hb is None or ha == hb
+
+
+def _hint(x: Size) -> int | None:
+    if type(x) is int:
+        return x
+    hint = getattr(x, "hint", None)  # a symbolic.Sym
+    if hint is None:
+        node = getattr(x, "node", None)  # a torch.SymInt
+        hint = getattr(node, "hint", None)
+    return hint if type(hint) is int else None
+
+
+def _prod(xs: Any) -> Size:
+    p: Size = 1
+    for x in xs:
+        p = p * x
+    return p
