@@ -6,7 +6,7 @@ optionally a complement, a composition or a logical_divide.
 
 ``cute-shard explain --shape S --mesh M --placements P (--view SHAPE | --op NAME [ARG ...])``
 shows what a view op does to a DTensor sharding: layouts, rule, placements, communication and
-which rank holds what (see ``cute_shard.explain``).
+which rank holds what (see ``cute_shard.explanation``).
 
 Bad arguments print one line, ``cute-shard <command>: error: ...``, and exit 2. ``layout`` does
 not import torch; ``explain`` does, on first use.
@@ -137,7 +137,7 @@ def _run_layout(args: argparse.Namespace) -> list[str]:
 
 
 def _run_explain(args: argparse.Namespace) -> list[str]:
-    from . import explain as ex  # torch-free until a valid case is explained
+    from . import explanation as ex  # torch-free until a valid case is explained
 
     if args.png and not ex.png_available():
         raise ValueError("--png needs matplotlib: pip install 'cute_shard[plot]'")

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from cute_shard import cli
-from cute_shard.explain import PlacementSpec, parse_placement, parse_placements
+from cute_shard.explanation import PlacementSpec, parse_placement, parse_placements
 
 EXAMPLE = ["--shape", "8,16,32", "--mesh", "2,4", "--placements", "S0,S1", "--view", "128,32"]
 
