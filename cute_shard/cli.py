@@ -89,7 +89,7 @@ example:
 """
 
 
-def _add_explain(sub: argparse._SubParsersAction) -> None:
+def _add_explain(sub: argparse._SubParsersAction[_Parser]) -> None:
     exp = sub.add_parser(
         "explain",
         help="show what a view op does to a DTensor sharding",

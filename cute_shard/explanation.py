@@ -74,6 +74,7 @@ from .ownership import Picture, grid_lines, picture, read_dtensor, row_strides
 
 if TYPE_CHECKING:
     from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor._ops._view_ops import DimMap
     from torch.distributed.tensor.placement_types import Placement
 
     from .engine import Blocked, ShardedLayout
@@ -144,6 +145,10 @@ OPS: dict[str, tuple[tuple[str, ...], int]] = {
 # redistribute.
 STRICT_OPS = frozenset({"view", "squeeze"})
 
+# An op's argument: one int, or a list of them (SHAPE, SIZES, and DIMS, SOURCE, DEST with a
+# comma).
+OpArg = int | tuple[int, ...]
+
 # The ops torch's Tensor methods accept as varargs (``x.view(128, 32)``) as well as one list.
 _VARARG_OPS = frozenset({"view", "reshape", "expand", "repeat", "permute"})
 
@@ -163,7 +168,7 @@ class Case:
     placements: Placements
     op: str
     op_args: tuple[str, ...]
-    args: tuple[object, ...]
+    args: tuple[OpArg, ...]
     strict: bool
     dtype: str
     rule: rules.Rule
@@ -207,6 +212,10 @@ def parse_case(
     )
 
 
+def _ints(arg: OpArg) -> tuple[int, ...]:
+    return arg if isinstance(arg, tuple) else (arg,)
+
+
 def _arg_text(arg: object) -> str:
     """An op argument in CLI notation: ``128,32`` for a list, ``0`` for an int."""
     if isinstance(arg, tuple):
@@ -243,7 +252,7 @@ def _int(text: str, what: str) -> int:
         raise ValueError(f"{what}: expected an integer, got {text!r}") from None
 
 
-def parse_op_args(op: str, raw: Sequence[str]) -> tuple[object, ...]:
+def parse_op_args(op: str, raw: Sequence[str]) -> tuple[OpArg, ...]:
     """The torch call's positional arguments for ``op`` from its CLI strings."""
     if op not in OPS:
         raise ValueError(f"--op: unknown op {op!r}; expected one of {', '.join(OPS)}")
@@ -254,7 +263,7 @@ def parse_op_args(op: str, raw: Sequence[str]) -> tuple[object, ...]:
     return tuple(_op_arg(name, text, op) for name, text in zip(names, raw, strict=False))
 
 
-def _op_arg(name: str, text: str, op: str) -> object:
+def _op_arg(name: str, text: str, op: str) -> OpArg:
     what = f"--op {op} {name}"
     if name in ("SHAPE", "SIZES"):
         return parse_sizes(text, what, allow_minus_one=True)
@@ -263,7 +272,7 @@ def _op_arg(name: str, text: str, op: str) -> object:
     return _int(text, what)
 
 
-def op_rule(op: str, shape: tuple[int, ...], args: tuple[object, ...]) -> rules.Rule:
+def op_rule(op: str, shape: tuple[int, ...], args: tuple[OpArg, ...]) -> rules.Rule:
     """The rule DTensor propagates for ``op``, built with ``cute_shard.rules``.
 
     flatten and unflatten are CompositeImplicit: DTensor sees the view they decompose to, so
@@ -273,17 +282,26 @@ def op_rule(op: str, shape: tuple[int, ...], args: tuple[object, ...]) -> rules.
     builders: dict[str, Callable[[], rules.Rule]] = {
         "view": lambda: rules.view_groups(s, a[0]),
         "reshape": lambda: rules.view_groups(s, a[0]),
-        "flatten": lambda: rules.view_groups(s, rule_out_shape(rules.flatten(n, *a), s)),
-        "unflatten": lambda: rules.unflatten(s, *a),
+        "flatten": lambda: rules.view_groups(
+            s, rule_out_shape(rules.flatten(n, *(_one(x) for x in a)), s)
+        ),
+        "unflatten": lambda: rules.unflatten(s, _one(a[0]), a[1]),
         "permute": lambda: rules.permute(n, a[0]),
-        "transpose": lambda: rules.transpose(n, *a),
+        "transpose": lambda: rules.transpose(n, _one(a[0]), _one(a[1])),
         "squeeze": lambda: rules.squeeze(s, *a),
-        "unsqueeze": lambda: rules.unsqueeze(n, *a),
+        "unsqueeze": lambda: rules.unsqueeze(n, _one(a[0])),
         "expand": lambda: rules.expand(s, a[0]),
         "movedim": lambda: rules.movedim(n, *a),
         "repeat": lambda: rules.repeat(n, a[0]),
     }
     return builders[op]()
+
+
+def _one(arg: OpArg) -> int:
+    """An argument ``parse_op_args`` reads as one int (``OPS`` names which)."""
+    if isinstance(arg, tuple):
+        raise ValueError(f"expected one integer, got the list {_arg_text(arg)}")
+    return arg
 
 
 def rule_out_shape(rule: rules.Rule, shape: Sequence[int]) -> tuple[int, ...]:
@@ -648,7 +666,7 @@ def _torch_answer(case: Case) -> TorchAnswer:
     return TorchAnswer(version, target, output, None, _judge(case, target, output))
 
 
-def _torch_rule(case: Case) -> object:
+def _torch_rule(case: Case) -> DimMap:
     """torch's own rule for the op, from ``_view_ops`` (as DTensor would compute it)."""
     import torch
     from torch.distributed.tensor._ops import _view_ops as tv
@@ -657,7 +675,8 @@ def _torch_rule(case: Case) -> object:
         return tv.view_groups(case.shape, case.out_shape)
     meta = torch.empty(case.shape, device="meta")
     if case.op in ("expand", "repeat"):
-        return tv.dim_maps[getattr(torch.Tensor, case.op)](meta, *case.args[0])
+        sizes = case.args[0]
+        return tv.dim_maps[getattr(torch.Tensor, case.op)](meta, *_ints(sizes))
     return tv.dim_maps[getattr(torch, case.op)](meta, *case.args)
 
 

@@ -523,7 +523,8 @@ def png_figure(
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
-    colours = plt.get_cmap("tab20").colors
+    palette = plt.get_cmap("tab20")
+    colours = [palette(i) for i in range(palette.N)]
     fig, axes = plt.subplots(1, len(pics), figsize=(5.5 * len(pics), 4.8), squeeze=False)
     for ax, pic in zip(axes[0], pics, strict=True):
         ax.set_title(pic.title, fontsize=10)
