@@ -463,13 +463,19 @@ def explain_dtensor(
     strict: bool = False,
     compare_torch: bool = False,
 ) -> Explanation:
-    """Explain ``dtensor.<op>(*args)``: the same explanation, text and JSON as
-    ``cute-shard explain`` gives for the DTensor's global shape, mesh, placements and dtype.
+    """What ``dtensor.<op>(*args)`` does to the sharding, and why (``cute_shard.explain``).
 
-    ``args`` are the op's arguments as its Tensor method takes them (``"view", 128, 32`` or
-    ``"view", (128, 32)``; ``"unflatten", 1, (4, 4)``). The DTensor and the arguments are
-    written as the command line's strings and go through ``parse_case`` and ``explain``, so
-    both answer from one path. Bad arguments raise ValueError.
+    ``op`` is one of ``OPS`` (view, reshape, flatten, unflatten, permute, transpose, squeeze,
+    unsqueeze, expand, movedim, repeat) and ``args`` its arguments as the Tensor method takes
+    them: ``explain(x, "view", 128, 32)`` or ``explain(x, "view", (128, 32))``,
+    ``explain(x, "unflatten", 1, (4, 4))``. ``strict`` asks for view semantics on an op that
+    is not a strict view anyway; ``compare_torch`` adds torch's answer and the oracle's
+    verdicts. ``print()`` the result for the text ``cute-shard explain`` prints for the same
+    global shape, mesh, placements and dtype; ``.to_json()`` is its ``--json`` object.
+
+    The DTensor and the arguments are written as the command line's strings and go through
+    ``parse_case`` and ``explain``, so both answer from one path. Bad arguments raise
+    ValueError naming them.
     """
     facts = read_dtensor(dtensor, "explain")
     case = parse_case(

@@ -25,7 +25,7 @@ whose mesh-dim-0 coordinate is 0, and mesh dim 1 copies them::
     >>> print("\\n".join(diagram(pic)))
     x
     rows d0 (4) x cols d1 (8); each block is held by the ranks named in it
-          0-7
+             0-7
         ┌───────────┐
     0-1 │ ranks 0,1 │
         ├───────────┤

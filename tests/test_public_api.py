@@ -88,3 +88,12 @@ def test_py_typed_is_shipped() -> None:
     from importlib.resources import files
 
     assert files("cute_shard").joinpath("py.typed").is_file()
+
+
+@pytest.mark.parametrize("module", ["cute_shard.notation", "cute_shard.ownership"])
+def test_docstring_examples_run(module: str) -> None:
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(module))
+    assert result.attempted and not result.failed
