@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 import torch
@@ -198,3 +199,13 @@ def test_dtype_table_matches_torch() -> None:
     }
     ints = {f"int{b}" for b in (8, 16, 32, 64)} | {f"uint{b}" for b in (8, 16, 32, 64)}
     assert names | ints <= set(DTYPES)
+
+
+def test_write_png_draws_what_the_cli_draws(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    x = make((8, 16), (2, 4), [S(0), R()])
+    ex = cute_shard.explain(x, "transpose", 0, 1)
+    ex.write_png(str(tmp_path / "ranks.png"))
+    assert (tmp_path / "ranks.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    with pytest.raises(ValueError, match=r"^--png: cannot write"):
+        ex.write_png(str(tmp_path / "no" / "ranks.png"))
