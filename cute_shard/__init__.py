@@ -1,40 +1,106 @@
 """cute_shard: propagate PyTorch DTensor sharding through view ops with CuTe layout algebra.
 
-Layers, each importing only the ones before it:
+Public API (each name is imported on first use, so ``import cute_shard`` stays cheap and
+torch-free until one that needs torch is touched):
 
-- ``cute_shard.layout``: a pure-Python CuTe layout algebra (standard library only).
-- ``cute_shard.rules``: DimMap rules describing how each view op maps input dims to output dims.
-- the propagation engine (placements <-> sharded layout, ``compose_view``, rule-tracing fallback).
-- the DTensor integration and the ``cute-shard`` command line.
+- ``propagate_shape_and_sharding(placements, global_shape, rule, mesh_shape, strict_view)``:
+  a drop-in for torch's view propagator; ``RedistributionRequired`` is what a strict view
+  raises, with one ``Blocked`` per mesh dim that would have to move; ``cache_clear()``.
+- ``placements_to_layout``, ``compose_view``: a sharding as a CuTe layout, and its layout
+  after a view.
+- ``install()``, ``uninstall()``, ``enabled()``: make DTensor propagate view ops with
+  cute_shard (``enabled`` is a context manager).
+- ``explain(dtensor, op, *args)``: what ``dtensor.<op>(*args)`` does to the sharding and why;
+  prints as ``cute-shard explain`` does for the same case (``.to_json()`` for ``--json``).
+- ``visualize(dtensor)``: print which rank holds which block of a DTensor.
+- Modules: ``layout`` (the CuTe layout algebra), ``rules`` (what each view op does to dims),
+  ``engine``, ``oracle`` (an exact rank simulator), ``integration``, ``notation``.
+
+Example (``x`` a DTensor of global shape (8, 16, 32) on a (2, 4) mesh, ``[Shard(0), Shard(1)]``)::
+
+    import cute_shard
+    cute_shard.rules.view_groups((8, 16, 32), (128, 32))   # the rule: (flat(d0,d1), d2)
+    cute_shard.install()                                    # DTensor views go through cute_shard
+    print(cute_shard.explain(x, "view", 128, 32))           # output [S0, SS0:4], no communication
+    cute_shard.visualize(x)                                 # which rank holds which block
+
+Layers, each importing only the ones before it: ``cute_shard.layout`` (standard library only)
+-> ``cute_shard.rules`` -> the propagation engine -> the DTensor integration, the explainers
+(``explanation``, ``ownership``) and the ``cute-shard`` command line.
 
 """
 
+import importlib as _importlib
+import typing as _typing
+
 __version__ = "0.1.0"
 
+if _typing.TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and editors
+    from . import engine as engine
+    from . import integration as integration
+    from . import layout as layout
+    from . import notation as notation
+    from . import oracle as oracle
+    from . import rules as rules
+    from .engine import (
+        Blocked,
+        RedistributionRequired,
+        cache_clear,
+        compose_view,
+        placements_to_layout,
+        propagate_shape_and_sharding,
+    )
+    from .explanation import explain_dtensor as explain
+    from .integration import enabled, install, uninstall
+    from .ownership import visualize
+
 # The engine imports torch; keep ``import cute_shard.layout`` / ``cute_shard.rules`` torch-free
-# by resolving these names on first use.
-_ENGINE_NAMES = {
-    "propagate_shape_and_sharding",
-    "RedistributionRequired",
-    "Blocked",
-    "cache_clear",
-    "placements_to_layout",
-    "compose_view",
+# by resolving these names on first use. Each name maps to (module, attribute in it).
+_LAZY: dict[str, tuple[str, str]] = {
+    **{
+        name: ("engine", name)
+        for name in (
+            "propagate_shape_and_sharding",
+            "RedistributionRequired",
+            "Blocked",
+            "cache_clear",
+            "placements_to_layout",
+            "compose_view",
+        )
+    },
+    **{name: ("integration", name) for name in ("install", "uninstall", "enabled")},
+    "explain": ("explanation", "explain_dtensor"),
+    "visualize": ("ownership", "visualize"),
 }
 
-# The DTensor integration (``cute_shard/integration.py``), resolved lazily for the same reason.
-_INTEGRATION_NAMES = {"install", "uninstall", "enabled"}
+# Subpackages and modules reachable as attributes after ``import cute_shard`` alone.
+_SUBMODULES = ("layout", "rules", "engine", "oracle", "integration", "notation")
 
-__all__ = sorted(_ENGINE_NAMES | _INTEGRATION_NAMES)
+__all__ = [
+    "Blocked",
+    "RedistributionRequired",
+    "cache_clear",
+    "compose_view",
+    "enabled",
+    "explain",
+    "install",
+    "placements_to_layout",
+    "propagate_shape_and_sharding",
+    "uninstall",
+    "visualize",
+]
 
 
 def __getattr__(name: str) -> object:
-    if name in _ENGINE_NAMES:
-        from . import engine as module
-    elif name in _INTEGRATION_NAMES:
-        from . import integration as module  # type: ignore[no-redef]
-    else:
+    if name in _SUBMODULES:
+        return _importlib.import_module(f".{name}", __name__)  # the import binds the attribute
+    if name not in _LAZY:
         raise AttributeError(f"module 'cute_shard' has no attribute {name!r}")
-    value = getattr(module, name)
+    module, attr = _LAZY[name]
+    value = getattr(_importlib.import_module(f".{module}", __name__), attr)
     globals()[name] = value  # later lookups are plain attribute reads (the hot path)
     return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY, *_SUBMODULES})

@@ -6,7 +6,7 @@ optionally a complement, a composition or a logical_divide.
 
 ``cute-shard explain --shape S --mesh M --placements P (--view SHAPE | --op NAME [ARG ...])``
 shows what a view op does to a DTensor sharding: layouts, rule, placements, communication and
-which rank holds what (see ``cute_shard.explain``).
+which rank holds what (see ``cute_shard.explanation``).
 
 Bad arguments print one line, ``cute-shard <command>: error: ...``, and exit 2. ``layout`` does
 not import torch; ``explain`` does, on first use.
@@ -24,9 +24,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
+from collections.abc import Sequence
 from typing import NoReturn
 
+from . import __version__
 from .layout import Layout, coalesce, complement, composition, logical_divide
 
 
@@ -56,6 +59,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="cute-shard",
         description="Propagate DTensor sharding through view ops with CuTe layout algebra.",
     )
+    p.add_argument("--version", action="version", version=f"cute-shard {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     lay = sub.add_parser(
         "layout",
@@ -76,14 +80,16 @@ ops and their arguments (lists are comma-separated, e.g. 128,32):
   view SHAPE | reshape SHAPE | expand SHAPE | repeat SIZES | permute DIMS
   transpose DIM0 DIM1 | movedim SOURCE DEST | flatten [START [END]]
   unflatten DIM SIZES | squeeze [DIMS] | unsqueeze DIM
-a list that starts with -1 needs '=': --view=-1,32
+  -1 works in any list: --op view -1,32, --op expand -1,16,32
+view and squeeze are strict, as on a DTensor: where data would have to move they raise
+(shown as "strict view raises ..."); reshape, flatten, unflatten and the others redistribute.
 
 example:
   cute-shard explain --shape 8,16,32 --mesh 2,4 --placements S0,S1 --view 128,32
 """
 
 
-def _add_explain(sub: argparse._SubParsersAction) -> None:
+def _add_explain(sub: argparse._SubParsersAction[_Parser]) -> None:
     exp = sub.add_parser(
         "explain",
         help="show what a view op does to a DTensor sharding",
@@ -98,14 +104,17 @@ def _add_explain(sub: argparse._SubParsersAction) -> None:
         "--placements", required=True, help="one placement per mesh dim, e.g. S0,S1 or R,SS0:4"
     )
     what = exp.add_mutually_exclusive_group(required=True)
-    what.add_argument("--view", metavar="SHAPE", help="the view target shape (--op view SHAPE)")
+    what.add_argument(
+        "--view", metavar="SHAPE", help="Tensor.view to SHAPE, strict (same as --op view SHAPE)"
+    )
     what.add_argument(
         "--op", nargs="+", metavar=("NAME", "ARG"), help="a view op and its arguments"
     )
     exp.add_argument(
         "--strict",
         action="store_true",
-        help="view semantics: report the error a view raises instead of redistributing",
+        help="view semantics for any op: report the error a strict view raises instead of "
+        "redistributing (view and squeeze always have them)",
     )
     exp.add_argument(
         "--dtype", default="float32", help="element type for byte counts (default float32)"
@@ -137,10 +146,10 @@ def _run_layout(args: argparse.Namespace) -> list[str]:
 
 
 def _run_explain(args: argparse.Namespace) -> list[str]:
-    from . import explain as ex  # torch-free until a valid case is explained
+    from . import explanation as ex  # torch-free until a valid case is explained
 
-    if args.png and not ex.png_available():
-        raise ValueError("--png needs matplotlib: pip install 'cute_shard[plot]'")
+    if args.png:
+        ex.check_png_path(args.png)
     op, op_args = ("view", [args.view]) if args.view is not None else (args.op[0], args.op[1:])
     case = ex.parse_case(
         args.shape, args.mesh, args.placements, op, op_args, strict=args.strict, dtype=args.dtype
@@ -153,9 +162,23 @@ def _run_explain(args: argparse.Namespace) -> list[str]:
     return ex.render_text(result, grid=not args.no_grid)
 
 
+# A comma list of integers that starts with a minus sign, e.g. -1,32.
+_NEGATIVE_LIST = re.compile(r"-\d+(\s*,\s*-?\d+)+")
+
+
+def _shield_negative_lists(argv: Sequence[str]) -> list[str]:
+    """argv with each list such as ``-1,32`` behind a leading space.
+
+    argparse takes an argument that starts with ``-`` for an option unless it is a single
+    negative number, so ``--op view -1,32`` would fail; behind a space it is a value, and the
+    list parsers strip the space again.
+    """
+    return [" " + a if _NEGATIVE_LIST.fullmatch(a) else a for a in argv]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_shield_negative_lists(sys.argv[1:] if argv is None else argv))
     if args.command is None:
         parser.print_help()
         return 0

@@ -303,7 +303,7 @@ def _owner(length: int, mesh_size: int, split_factor: int) -> np.ndarray:
     offset = pos - piece * k1
     piece_len = np.minimum(k1, length - piece * k1)  # >= 1 for every existing position
     k2 = -(-piece_len // mesh_size)
-    owner = offset // k2
+    owner: np.ndarray = offset // k2
     owner.setflags(write=False)  # cached: must never be mutated by a caller
     return owner
 
@@ -359,7 +359,8 @@ def _take(array: ArrayT, idx: tuple[np.ndarray, ...]) -> ArrayT:
         return array.copy() if isinstance(array, np.ndarray) else array.clone()
     grids = np.ix_(*idx)
     if isinstance(array, np.ndarray):
-        return array[grids]
+        taken: np.ndarray = array[grids]
+        return taken
     return array[tuple(torch.from_numpy(g) for g in grids)]
 
 
@@ -490,7 +491,12 @@ def _make_op(
     if op == "unflatten":
         arity(2)
         dim, sizes = int(a[0]), _as_int_tuple(a[1], "args[1]")  # type: ignore[call-overload]
-        return _OpSpec(op, lambda t: t.unflatten(dim, sizes), local_view, torch.int64)
+        return _OpSpec(
+            op,
+            lambda t: t.unflatten(dim, sizes),  # type: ignore[no-untyped-call]
+            local_view,
+            torch.int64,
+        )
     if op == "view_as_real":
         arity(0)
         return _OpSpec(

@@ -146,8 +146,8 @@ def _compose_uncached(a: Layout, b: Layout) -> Layout:
     if len(a_shape) == 1:
         # A single (unbounded) leaf is linear: A∘B is B with its strides scaled.
         return _scale(b, a_stride[0])
-    if type(b.shape) is int:
-        return _from_flat(*_compose_leaf(a_shape, a_stride, b.shape, b.stride, a, b))
+    if type(b.shape) is int:  # (and so is its stride)
+        return _from_flat(*_compose_leaf(a_shape, a_stride, b.shape, b.stride, a, b))  # type: ignore[arg-type]
     # One coalesced sub-layout per leaf of B, nested like B. That is A∘B only if A adds up
     # over B's leaves, A(x + y) == A(x) + A(y): ``usage`` collects, per leaf of A, the largest
     # digit each B leaf puts there, and their sum must not carry into the next leaf.
@@ -173,6 +173,8 @@ def _compose_uncached(a: Layout, b: Layout) -> Layout:
                 f"{a_shape[k]}, so A is not additive over them and A∘B is no composition of "
                 "B's modes",
             )
+    shape: IntTuple
+    stride: IntTuple
     if b.flat_shape is b.shape:  # B is flat: no nesting to rebuild
         shape, stride = tuple(leaf_shapes), tuple(leaf_strides)
     else:
@@ -468,8 +470,8 @@ def _by_mode(
 def _as_layout(t: Tiler, name: str) -> Layout:
     if isinstance(t, Layout):
         return t
-    if is_int(t) and t >= 0:  # type: ignore[operator]
-        return Layout._trusted(t, 1, (t,), (1,))  # type: ignore[arg-type]
+    if is_int(t) and t >= 0:
+        return Layout._trusted(t, 1, (t,), (1,))
     raise ValueError(f"{name}: expected a Layout, a size >= 0 or a tuple of them, got {t!r}")
 
 
@@ -492,8 +494,8 @@ def right_inverse(a: Layout) -> Layout:
     c = coalesce(a)
     shape, stride = c.flat_shape, c.flat_stride
     colex = [1] * len(shape)
-    for k in range(1, len(shape)):
-        colex[k] = colex[k - 1] * shape[k - 1]
+    for j in range(1, len(shape)):
+        colex[j] = colex[j - 1] * shape[j - 1]
     out_s: list[int] = []
     out_d: list[int] = []
     want = 1

@@ -23,7 +23,7 @@ Worked example::
 
 from __future__ import annotations
 
-from typing import TypeAlias
+from typing import TypeAlias, TypeGuard
 
 IntTuple: TypeAlias = "int | tuple[IntTuple, ...]"
 
@@ -49,7 +49,7 @@ __all__ = [
 ]
 
 
-def is_int(x: object) -> bool:
+def is_int(x: object) -> TypeGuard[int]:
     """True for a Python int (bool excluded: ``True`` is not a size)."""
     return isinstance(x, int) and not isinstance(x, bool)
 
@@ -67,7 +67,7 @@ def flatten(t: IntTuple) -> tuple[int, ...]:
         if isinstance(x, tuple):
             break
     else:
-        return t
+        return t  # type: ignore[return-value]  # (the loop found no nested tuple)
     out: list[int] = []
     stack = [iter(t)]
     while stack:
@@ -196,7 +196,8 @@ def crd2idx(crd: IntTuple, shape: IntTuple, stride: IntTuple | None = None) -> i
     if isinstance(crd, tuple):
         if not isinstance(shape, tuple) or len(crd) != len(shape):
             raise ValueError(f"coordinate {crd} does not match shape {shape}")
-        return sum(crd2idx(c, s, d) for c, s, d in zip(crd, shape, stride, strict=True))
+        # stride is congruent with shape, so a tuple here too
+        return sum(crd2idx(c, s, d) for c, s, d in zip(crd, shape, stride, strict=True))  # type: ignore[arg-type, misc]
     # An int coordinate for a (possibly nested) mode: split it colexicographically.
     flat_s, flat_d = flatten(shape), flatten(stride)
     total = 0

@@ -117,9 +117,10 @@ class Layout:
             if i in (0, -1):
                 return self
             raise IndexError(f"mode {i} out of range for rank-1 layout {self}")
-        s, d = self.shape[i], self.stride[i]
+        # the stride is congruent with the shape: a tuple here, an int wherever s is one
+        s, d = self.shape[i], self.stride[i]  # type: ignore[index]
         if type(s) is int:
-            return Layout._trusted(s, d, (s,), (d,))
+            return Layout._trusted(s, d, (s,), (d,))  # type: ignore[arg-type]
         return Layout._trusted(s, d, flatten(s), flatten(d))
 
     def __call__(self, *crd: IntTuple) -> int:
@@ -161,7 +162,10 @@ def make_layout(*args: IntTuple | Layout, stride: IntTuple | None = None) -> Lay
 
 def concat(layouts: tuple[Layout, ...] | list[Layout]) -> Layout:
     """The layout with one mode per element of ``layouts`` (``make_layout(*layouts)``)."""
-    shape, stride, flat_shape, flat_stride = [], [], [], []
+    shape: list[IntTuple] = []
+    stride: list[IntTuple] = []
+    flat_shape: list[int] = []
+    flat_stride: list[int] = []
     for a in layouts:
         shape.append(a.shape)
         stride.append(a.stride)
@@ -220,7 +224,8 @@ def _crd2idx(crd: IntTuple, shape: IntTuple, stride: IntTuple) -> int:
     if isinstance(crd, tuple):
         if not isinstance(shape, tuple) or len(crd) != len(shape):
             raise ValueError(f"coordinate {_fmt_any(crd)} does not match shape {_fmt_any(shape)}")
-        return sum(_crd2idx(c, s, d) for c, s, d in zip(crd, shape, stride, strict=True))
+        # stride is congruent with shape, so a tuple here too
+        return sum(_crd2idx(c, s, d) for c, s, d in zip(crd, shape, stride, strict=True))  # type: ignore[arg-type, misc]
     if not is_int(crd):
         raise ValueError(f"coordinate leaves must be ints, got {crd!r}")
     return _flat_index(crd, flatten(shape), flatten(stride))
@@ -233,4 +238,4 @@ def _fmt(t: IntTuple) -> str:
 
 
 def _fmt_any(t: object) -> str:
-    return _fmt(t) if isinstance(t, (tuple, int)) else repr(t)  # type: ignore[arg-type]
+    return _fmt(t) if isinstance(t, (tuple, int)) else repr(t)

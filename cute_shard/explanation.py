@@ -1,26 +1,31 @@
-"""``cute-shard explain``: what a view op does to a DTensor sharding, and why.
+"""``cute-shard explain`` and ``cute_shard.explain``: what a view op does to a DTensor
+sharding, and why.
 
-The command takes a global shape, a mesh, one placement per mesh dim and a view op, runs the
-engine, and prints:
+Given a global shape, a mesh, one placement per mesh dim and a view op, it runs the engine and
+shows:
 
 - the input sharded layout in CuTe notation, with each mesh dim's gpu sub-mode named;
 - the op's rule in DimMap notation, the output layout, the input target and output placements;
-- the communication the view needs: per mesh dim that moves, the collective, the bytes each rank
-  receives for ``--dtype``, and the engine's reason; under ``--strict`` the error a view raises;
-- which rank holds which elements, before and after, as a folded grid (``--png`` draws it);
+- the communication: per mesh dim that moves, the collective, the bytes each rank receives for
+  ``--dtype``, and the engine's reason; for a strict view (``view``, ``squeeze``, or
+  ``--strict``), the error it raises instead;
+- which rank holds which elements, before and after, as a folded grid (``--png`` draws it;
+  ``cute_shard.ownership`` makes the pictures);
 - with ``--compare-torch``, torch's reference answer and the oracle's verdict on it and on ours.
 
-Placements are written ``R``, ``S<dim>``, ``SS<dim>:<split_factor>`` (``_StridedShard``),
-``P`` (``Partial("sum")``) and ``P:<op>`` (``avg``, ``max``, ``min``, ``product``). The data
-flow is one way: ``parse_case`` (argv strings to a ``Case``), ``explain`` (a ``Case`` to an
-``Explanation``, the only step that computes), then ``render_text`` / ``to_json`` /
-``write_png``. Bad input anywhere raises ``ValueError`` with a one-line message, which the CLI
-prints before exiting with status 2.
+Placements are written in the notation of ``cute_shard.notation`` (``R``, ``S<dim>``,
+``SS<dim>:<split_factor>``, ``P``, ``P:<op>``), and every placement shown is in it, the
+engine's reasons included. The data flow is one way: ``parse_case`` (the command line's
+strings to a ``Case``), ``explain`` (a ``Case`` to an ``Explanation``, the only step that
+computes), then ``render_text`` / ``to_json`` / ``write_png``. ``explain_dtensor`` (the
+package's ``cute_shard.explain``) writes a live DTensor and its op's arguments as those same
+strings, so it takes the same path. Bad input anywhere raises ``ValueError`` with a one-line
+message, which the CLI prints before exiting with status 2.
 
 Worked example (the rank grids are left out)::
 
     $ cute-shard explain --shape 8,16,32 --mesh 2,4 --placements S0,S1 --view 128,32 --no-grid
-    op             view 128,32: (8,16,32) -> (128,32), reshape semantics
+    op             view 128,32: (8,16,32) -> (128,32), a strict view: raises if data must move
     mesh           (2,4), 8 ranks, float32
     rule           (flat(d0,d1), d2)
     input          [S0, S1]
@@ -31,6 +36,11 @@ Worked example (the rank grids are left out)::
       layout       (((4,4),(2,4)),32):(((32,512),(2048,128)),1)
       gpu modes    m0 = 2:2048 in d0   m1 = 4:128 in d0
     communication  none: every rank views its own local tensor
+    strict view    allowed: no mesh dim has to move
+
+The same from a live DTensor ``x`` of that shape, mesh and placements::
+
+    >>> print(cute_shard.explain(x, "view", 128, 32).text(grid=False))
 
 A sharded tensor dim's mode is ``(local, gpu)``. The gpu sub-modes keep their strides through
 the view: mesh dim 1 still steps 128 elements (4 output rows) per coordinate, so in the
@@ -40,9 +50,9 @@ that mesh dim 0 keeps make it ``_StridedShard(0, split_factor=4)``.
 
 from __future__ import annotations
 
-import itertools
 import math
-import re
+import operator
+import os
 import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -50,10 +60,21 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import rules
+from . import ownership, rules
 from .layout import Layout
+from .notation import (
+    Placements,
+    PlacementSpec,
+    parse_placement,
+    parse_placements,
+    placements_str,
+    to_notation,
+)
+from .ownership import Picture, grid_lines, picture, read_dtensor, row_strides
 
 if TYPE_CHECKING:
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor._ops._view_ops import DimMap
     from torch.distributed.tensor.placement_types import Placement
 
     from .engine import Blocked, ShardedLayout
@@ -64,11 +85,15 @@ if TYPE_CHECKING:
 
 __all__ = [
     "OPS",
+    "STRICT_OPS",
     "Case",
     "Explanation",
     "PlacementSpec",
     "explain",
+    "explain_dtensor",
     "parse_case",
+    "parse_placement",
+    "parse_placements",
     "render_text",
     "to_json",
     "write_png",
@@ -78,140 +103,19 @@ __all__ = [
 # for an interactive command, and the oracle verdicts are reported as not checked.
 ORACLE_MAX_ELEMENTS = 1 << 20
 ORACLE_MAX_RANKS = 1024
-# The grid folds the tensor to (product of leading dims) x (last dim); more rows than this are
-# not drawn at all.
-GRID_MAX_ROWS = 1 << 22
-GRID_ROW_RUNS = 12  # runs of equal rows shown (half from the top, half from the bottom)
-GRID_COL_RUNS = 12
 LABEL = 15  # width of the label column of the text output
 TEXT_WIDTH = 100
 
-# Bytes per element, by torch dtype name (torch-free, see above).
+# Bytes per element, by torch dtype name (torch-free, see above): every name ``str(dtype)``
+# gives for torch's numeric dtypes, and the common aliases (a test checks them against torch).
 DTYPES: dict[str, int] = {
     "float64": 8, "double": 8, "float32": 4, "float": 4, "float16": 2, "half": 2,
-    "bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1, "complex128": 16, "complex64": 8,
+    "bfloat16": 2, "float8_e4m3fn": 1, "float8_e4m3fnuz": 1, "float8_e5m2": 1,
+    "float8_e5m2fnuz": 1, "float8_e8m0fnu": 1, "float4_e2m1fn_x2": 1,
+    "complex128": 16, "cdouble": 16, "complex64": 8, "cfloat": 8, "complex32": 4, "chalf": 4,
     "int64": 8, "long": 8, "int32": 4, "int": 4, "int16": 2, "short": 2, "int8": 1,
-    "uint8": 1, "bool": 1,
+    "uint64": 8, "uint32": 4, "uint16": 2, "uint8": 1, "bool": 1,
 }  # fmt: skip
-
-
-# --------------------------------------------------------------------------------------------
-# Placements in CLI notation
-
-_PLACEMENT = re.compile(r"(R)|S(-?\d+)|SS(-?\d+):(-?\d+)|P(?::(sum|avg|max|min|product))?")
-
-
-@dataclass(frozen=True, slots=True)
-class PlacementSpec:
-    """A placement in CLI notation: ``R``, ``S<dim>``, ``SS<dim>:<split_factor>``, ``P[:<op>]``.
-
-    ``kind`` is ``"R"``, ``"S"`` (Shard), ``"SS"`` (_StridedShard) or ``"P"`` (Partial); the
-    other fields matter only for the kinds that have them. ``str`` prints the notation that
-    ``parse_placement`` reads; ``to_torch`` and ``of`` convert to and from torch's classes.
-    """
-
-    kind: str
-    dim: int = 0
-    split_factor: int = 1
-    reduce_op: str = "sum"
-
-    def __str__(self) -> str:
-        if self.kind == "S":
-            return f"S{self.dim}"
-        if self.kind == "SS":
-            return f"SS{self.dim}:{self.split_factor}"
-        if self.kind == "P":
-            return "P" if self.reduce_op == "sum" else f"P:{self.reduce_op}"
-        return "R"
-
-    @property
-    def shards(self) -> bool:
-        """Whether it splits the data (Shard or _StridedShard)."""
-        return self.kind in ("S", "SS")
-
-    def to_torch(self) -> Placement:
-        from torch.distributed.tensor.placement_types import (
-            Partial,
-            Replicate,
-            Shard,
-            _StridedShard,
-        )
-
-        if self.kind == "S":
-            return Shard(self.dim)
-        if self.kind == "SS":
-            return _StridedShard(self.dim, split_factor=self.split_factor)
-        if self.kind == "P":
-            return Partial(self.reduce_op)
-        return Replicate()
-
-    @staticmethod
-    def of(p: Placement) -> PlacementSpec:
-        """The notation of a torch placement (``_StridedShard`` is not a ``Shard`` subclass)."""
-        from torch.distributed.tensor.placement_types import (
-            Partial,
-            Replicate,
-            Shard,
-            _StridedShard,
-        )
-
-        if isinstance(p, _StridedShard):
-            return PlacementSpec("SS", p.dim, int(p.split_factor))
-        if isinstance(p, Shard):
-            return PlacementSpec("S", p.dim)
-        if isinstance(p, Partial):
-            return PlacementSpec("P", reduce_op=p.reduce_op)
-        if isinstance(p, Replicate):
-            return PlacementSpec("R")
-        raise ValueError(f"cannot write placement {p!r} in R/S/SS/P notation")
-
-
-Placements = tuple[PlacementSpec, ...]
-
-
-def parse_placement(token: str, ndim: int) -> PlacementSpec:
-    """One placement for a tensor of ``ndim`` dims; the shard dim is made non-negative."""
-    text = token.strip()
-    m = _PLACEMENT.fullmatch(text)
-    if m is None:
-        raise ValueError(
-            f"--placements: cannot parse {text!r}; expected R, S<dim>, SS<dim>:<split_factor>, "
-            "P or P:<op> (op: sum, avg, max, min, product)"
-        )
-    rep, shard, ss_dim, ss_sf, partial_op = m.groups()
-    if rep:
-        return PlacementSpec("R")
-    if shard is not None:
-        return PlacementSpec("S", _shard_dim(int(shard), ndim, text))
-    if ss_dim is not None:
-        if int(ss_sf) < 1:
-            raise ValueError(f"--placements: {text}: split factor must be >= 1, got {ss_sf}")
-        return PlacementSpec("SS", _shard_dim(int(ss_dim), ndim, text), int(ss_sf))
-    return PlacementSpec("P", reduce_op=partial_op or "sum")
-
-
-def _shard_dim(dim: int, ndim: int, text: str) -> int:
-    if not -ndim <= dim < ndim:
-        raise ValueError(
-            f"--placements: {text} shards dim {dim}, out of range for a tensor of {ndim} dims "
-            f"(expected {-ndim} <= dim < {ndim})"
-        )
-    return dim % ndim
-
-
-def parse_placements(text: str, ndim: int, mesh: Sequence[int]) -> Placements:
-    """A comma list of placements, one per mesh dim (``[S0, S1]`` brackets are allowed)."""
-    tokens = [t for t in text.strip().strip("[]").split(",") if t.strip()]
-    if len(tokens) != len(mesh):
-        raise ValueError(
-            f"--placements: got {len(tokens)} placements for a mesh of {len(mesh)} dims "
-            f"{_tuple(mesh)}; give exactly one per mesh dim"
-        )
-    return tuple(parse_placement(t, ndim) for t in tokens)
-
-
-def _placements_str(ps: Sequence[PlacementSpec]) -> str:
-    return "[" + ", ".join(str(p) for p in ps) + "]"
 
 
 # --------------------------------------------------------------------------------------------
@@ -235,14 +139,28 @@ OPS: dict[str, tuple[tuple[str, ...], int]] = {
     "repeat": (("SIZES",), 1),
 }
 
+# The ops whose DTensor strategy is a strict view, as torch 2.13 registers them (and
+# ``install()`` keeps): where data would have to move they raise instead of redistributing.
+# The others, reshape, flatten and unflatten included (``install()`` lets them copy), may
+# redistribute.
+STRICT_OPS = frozenset({"view", "squeeze"})
+
+# An op's argument: one int, or a list of them (SHAPE, SIZES, and DIMS, SOURCE, DEST with a
+# comma).
+OpArg = int | tuple[int, ...]
+
+# The ops torch's Tensor methods accept as varargs (``x.view(128, 32)``) as well as one list.
+_VARARG_OPS = frozenset({"view", "reshape", "expand", "repeat", "permute"})
+
 
 @dataclass(frozen=True, slots=True)
 class Case:
     """One question: ``Tensor.<op>(*args)`` on a tensor of ``shape`` sharded by ``placements``.
 
-    ``op_args`` are the CLI strings ``args`` were parsed from, kept so that ``--json`` output
-    can be fed back. ``rule`` is the rule DTensor propagates for the op and ``out_shape`` the
-    global output shape.
+    ``op_args`` are ``args`` in CLI notation (``128,32``), so that ``--json`` output can be
+    fed back. ``strict`` is view semantics: the op is in ``STRICT_OPS`` or ``--strict`` asked
+    for it. ``rule`` is the rule DTensor propagates for the op and ``out_shape`` the global
+    output shape.
     """
 
     shape: tuple[int, ...]
@@ -250,7 +168,7 @@ class Case:
     placements: Placements
     op: str
     op_args: tuple[str, ...]
-    args: tuple[object, ...]
+    args: tuple[OpArg, ...]
     strict: bool
     dtype: str
     rule: rules.Rule
@@ -270,6 +188,7 @@ def parse_case(
     """A ``Case`` from the CLI strings; ValueError names the first bad argument.
 
     Building the rule checks the op's arguments against the shape (numel, dims in range).
+    ``strict`` asks for view semantics on an op that is not strict anyway.
     """
     sizes = parse_sizes(shape, "--shape")
     mesh_sizes = parse_sizes(mesh, "--mesh")
@@ -284,13 +203,24 @@ def parse_case(
         mesh=mesh_sizes,
         placements=parse_placements(placements, len(sizes), mesh_sizes),
         op=op,
-        op_args=tuple(op_args),
+        op_args=tuple(_arg_text(a) for a in args),
         args=args,
-        strict=strict,
+        strict=strict or op in STRICT_OPS,
         dtype=dtype,
         rule=rule,
         out_shape=rule_out_shape(rule, sizes),
     )
+
+
+def _ints(arg: OpArg) -> tuple[int, ...]:
+    return arg if isinstance(arg, tuple) else (arg,)
+
+
+def _arg_text(arg: object) -> str:
+    """An op argument in CLI notation: ``128,32`` for a list, ``0`` for an int."""
+    if isinstance(arg, tuple):
+        return ",".join(str(x) for x in arg)
+    return str(arg)
 
 
 def parse_sizes(text: str, what: str, *, allow_minus_one: bool = False) -> tuple[int, ...]:
@@ -322,7 +252,7 @@ def _int(text: str, what: str) -> int:
         raise ValueError(f"{what}: expected an integer, got {text!r}") from None
 
 
-def parse_op_args(op: str, raw: Sequence[str]) -> tuple[object, ...]:
+def parse_op_args(op: str, raw: Sequence[str]) -> tuple[OpArg, ...]:
     """The torch call's positional arguments for ``op`` from its CLI strings."""
     if op not in OPS:
         raise ValueError(f"--op: unknown op {op!r}; expected one of {', '.join(OPS)}")
@@ -333,7 +263,7 @@ def parse_op_args(op: str, raw: Sequence[str]) -> tuple[object, ...]:
     return tuple(_op_arg(name, text, op) for name, text in zip(names, raw, strict=False))
 
 
-def _op_arg(name: str, text: str, op: str) -> object:
+def _op_arg(name: str, text: str, op: str) -> OpArg:
     what = f"--op {op} {name}"
     if name in ("SHAPE", "SIZES"):
         return parse_sizes(text, what, allow_minus_one=True)
@@ -342,7 +272,7 @@ def _op_arg(name: str, text: str, op: str) -> object:
     return _int(text, what)
 
 
-def op_rule(op: str, shape: tuple[int, ...], args: tuple[object, ...]) -> rules.Rule:
+def op_rule(op: str, shape: tuple[int, ...], args: tuple[OpArg, ...]) -> rules.Rule:
     """The rule DTensor propagates for ``op``, built with ``cute_shard.rules``.
 
     flatten and unflatten are CompositeImplicit: DTensor sees the view they decompose to, so
@@ -352,17 +282,26 @@ def op_rule(op: str, shape: tuple[int, ...], args: tuple[object, ...]) -> rules.
     builders: dict[str, Callable[[], rules.Rule]] = {
         "view": lambda: rules.view_groups(s, a[0]),
         "reshape": lambda: rules.view_groups(s, a[0]),
-        "flatten": lambda: rules.view_groups(s, rule_out_shape(rules.flatten(n, *a), s)),
-        "unflatten": lambda: rules.unflatten(s, *a),
+        "flatten": lambda: rules.view_groups(
+            s, rule_out_shape(rules.flatten(n, *(_one(x) for x in a)), s)
+        ),
+        "unflatten": lambda: rules.unflatten(s, _one(a[0]), a[1]),
         "permute": lambda: rules.permute(n, a[0]),
-        "transpose": lambda: rules.transpose(n, *a),
+        "transpose": lambda: rules.transpose(n, _one(a[0]), _one(a[1])),
         "squeeze": lambda: rules.squeeze(s, *a),
-        "unsqueeze": lambda: rules.unsqueeze(n, *a),
+        "unsqueeze": lambda: rules.unsqueeze(n, _one(a[0])),
         "expand": lambda: rules.expand(s, a[0]),
         "movedim": lambda: rules.movedim(n, *a),
         "repeat": lambda: rules.repeat(n, a[0]),
     }
     return builders[op]()
+
+
+def _one(arg: OpArg) -> int:
+    """An argument ``parse_op_args`` reads as one int (``OPS`` names which)."""
+    if isinstance(arg, tuple):
+        raise ValueError(f"expected one integer, got the list {_arg_text(arg)}")
+    return arg
 
 
 def rule_out_shape(rule: rules.Rule, shape: Sequence[int]) -> tuple[int, ...]:
@@ -439,12 +378,14 @@ class TorchAnswer:
     verdict: Verdict | None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class Explanation:
     """Everything ``explain`` computed; rendering reads it and computes nothing new.
 
-    ``target`` and ``output`` are the non-strict answer (what ``reshape`` does). Under
-    ``--strict``, ``strict_error`` holds the error a view raises instead, or None.
+    ``target`` and ``output`` are the non-strict answer (what ``reshape`` does). For a strict
+    case (``Case.strict``), ``strict_error`` holds the error the view raises instead, or None.
+    ``str`` (and ``repr``) is the text ``cute-shard explain`` prints, ``to_json()`` the object
+    ``--json`` prints, and ``write_png(path)`` draws what ``--png`` draws.
     """
 
     case: Case
@@ -457,6 +398,24 @@ class Explanation:
     pictures: tuple[Picture, ...]
     ours: Verdict | None
     torch: TorchAnswer | None
+
+    def text(self, *, grid: bool = True) -> str:
+        """The text ``cute-shard explain`` prints (``grid=False``: as with ``--no-grid``)."""
+        return "\n".join(render_text(self, grid=grid))
+
+    def __str__(self) -> str:
+        return self.text()
+
+    # An explanation is read, not rebuilt: at a prompt, show the text rather than the fields.
+    __repr__ = __str__
+
+    def to_json(self) -> dict[str, object]:
+        """The object ``--json`` prints (``json.dumps(..., indent=2)`` gives the same text)."""
+        return to_json(self)
+
+    def write_png(self, path: str) -> None:
+        """Draw the rank pictures into a PNG at ``path``, as ``--png`` does."""
+        write_png(self, path)
 
 
 def explain(case: Case, *, compare_torch: bool = False) -> Explanation:
@@ -473,15 +432,95 @@ def explain(case: Case, *, compare_torch: bool = False) -> Explanation:
     return Explanation(
         case=case,
         input_layout=placements_to_layout(case.shape, given, case.mesh),
-        output_layout=_output_layout(case, target_t),
+        output_layout=_output_layout(case, output_t),
         target=target,
         output=output,
         communication=_communication(case, target, blocked),
-        strict_error=strict_error if case.strict else None,
+        strict_error=to_notation(strict_error) if case.strict and strict_error else None,
         pictures=_pictures(case, target, output),
         ours=_judge(case, target, output) if compare_torch else None,
         torch=_torch_answer(case) if compare_torch else None,
     )
+
+
+def _pictures(case: Case, target: Placements, output: Placements) -> tuple[Picture, ...]:
+    """Who holds what: the input, the input target if it differs, and the output."""
+    pics = [
+        picture(f"input {placements_str(case.placements)}", case.shape, case.placements, case.mesh)
+    ]
+    if target != case.placements:
+        pics.append(
+            picture(f"input target {placements_str(target)}", case.shape, target, case.mesh)
+        )
+    pics.append(picture(f"output {placements_str(output)}", case.out_shape, output, case.mesh))
+    return tuple(pics)
+
+
+def explain_dtensor(
+    dtensor: DTensor,
+    op: str,
+    *args: object,
+    strict: bool = False,
+    compare_torch: bool = False,
+) -> Explanation:
+    """What ``dtensor.<op>(*args)`` does to the sharding, and why (``cute_shard.explain``).
+
+    ``op`` is one of ``OPS`` (view, reshape, flatten, unflatten, permute, transpose, squeeze,
+    unsqueeze, expand, movedim, repeat) and ``args`` its arguments as the Tensor method takes
+    them: ``explain(x, "view", 128, 32)`` or ``explain(x, "view", (128, 32))``,
+    ``explain(x, "unflatten", 1, (4, 4))``. ``strict`` asks for view semantics on an op that
+    is not a strict view anyway; ``compare_torch`` adds torch's answer and the oracle's
+    verdicts. ``print()`` the result for the text ``cute-shard explain`` prints for the same
+    global shape, mesh, placements and dtype; ``.to_json()`` is its ``--json`` object.
+
+    The DTensor and the arguments are written as the command line's strings and go through
+    ``parse_case`` and ``explain``, so both answer from one path. Bad arguments raise
+    ValueError naming them.
+    """
+    facts = read_dtensor(dtensor, "explain")
+    case = parse_case(
+        ",".join(str(n) for n in facts.shape),
+        ",".join(str(n) for n in facts.mesh),
+        ",".join(str(p) for p in facts.placements),
+        _op_name(op),
+        _python_op_args(op, args),
+        strict=strict,
+        dtype=facts.dtype,
+    )
+    return explain(case, compare_torch=compare_torch)
+
+
+def _op_name(op: object) -> str:
+    if not isinstance(op, str) or op not in OPS:
+        raise ValueError(f"explain: op: expected one of {', '.join(OPS)}, got {op!r}")
+    return op
+
+
+def _python_op_args(op: str, args: tuple[object, ...]) -> list[str]:
+    """Python arguments of ``Tensor.<op>`` as CLI strings (``(128, 32)`` -> ``"128,32"``)."""
+    if op in _VARARG_OPS and len(args) > 1:  # x.view(128, 32) is x.view((128, 32))
+        args = (args,)
+    names = OPS[op][0]
+    return [_python_arg(op, name, a) for name, a in zip(names, args, strict=False)] + [
+        _python_arg(op, "argument", a) for a in args[len(names) :]
+    ]  # extra arguments are reported by parse_case, as the command line reports them
+
+
+def _python_arg(op: str, name: str, arg: object) -> str:
+    try:
+        if isinstance(arg, Sequence) and not isinstance(arg, str):
+            return ",".join(str(_index(x)) for x in arg)
+        return str(_index(arg))
+    except TypeError:
+        raise ValueError(
+            f"explain: {op} {name}: expected an int or a sequence of ints, got {arg!r}"
+        ) from None
+
+
+def _index(x: object) -> int:
+    if isinstance(x, bool):  # an int to Python, never a size or a dim to torch
+        raise TypeError(x)
+    return operator.index(x)  # type: ignore[arg-type]
 
 
 def _to_torch(ps: Sequence[PlacementSpec]) -> list[Placement]:
@@ -501,41 +540,24 @@ def _strict_outcome(case: Case, given: list[Placement]) -> tuple[tuple[Blocked, 
     return (), None
 
 
-def _output_layout(case: Case, target: Sequence[Placement]) -> ShardedLayout | None:
-    """The input target's layout routed through the rule, or None where no layout exists."""
-    from .engine import DimSharding, ShardedLayout, compose_view, placements_to_layout
+def _output_layout(case: Case, output: Sequence[Placement]) -> ShardedLayout | None:
+    """The output's sharded layout (the input target's, composed with the view), or None
+    where no layout exists (uneven shards)."""
+    from .engine import placements_to_layout
 
-    sl = placements_to_layout(case.shape, target, case.mesh)
-    if sl is None:
-        return None
-    routed = compose_view(sl, case.rule)
-    if routed.failures or routed.local_failures:
-        return None
-    dims = tuple(
-        DimSharding(n, leaves) for n, leaves in zip(case.out_shape, routed.out_dims, strict=True)
-    )
-    if any(math.prod(s for s, _, _ in d.leaves) != d.size for d in dims):
-        return None
-    return ShardedLayout(case.out_shape, case.mesh, dims, sl.partial)
+    return placements_to_layout(case.out_shape, output, case.mesh)
 
 
 def gpu_modes(sl: ShardedLayout) -> tuple[GpuMode, ...]:
     """Each mesh dim's gpu sub-mode, with strides in elements of the global row-major tensor."""
     out: list[GpuMode] = []
-    for d, (dim, row) in enumerate(zip(sl.dims, _row_strides(sl.global_shape), strict=True)):
+    for d, (dim, row) in enumerate(zip(sl.dims, row_strides(sl.global_shape), strict=True)):
         for m, leaves in dim.modes()[1].items():
             shape = tuple(s for s, _ in leaves)
             stride = tuple(t * row for _, t in leaves)
             lay = Layout(shape[0], stride[0]) if len(leaves) == 1 else Layout(shape, stride)
             out.append(GpuMode(m, d, lay))
     return tuple(sorted(out, key=lambda g: g.mesh_dim))
-
-
-def _row_strides(shape: Sequence[int]) -> tuple[int, ...]:
-    strides = [1] * len(shape)
-    for i in range(len(shape) - 2, -1, -1):
-        strides[i] = strides[i + 1] * shape[i + 1]
-    return tuple(strides)
 
 
 def _communication(
@@ -573,7 +595,8 @@ def _communication(
 
 
 def _reason(b: Blocked) -> str:
-    return f"tensor dim {b.tensor_dim}: {b.reason}" if b.tensor_dim >= 0 else b.reason
+    reason = to_notation(b.reason)  # the engine may quote torch's spelling of a placement
+    return f"tensor dim {b.tensor_dim}: {reason}" if b.tensor_dim >= 0 else reason
 
 
 def _local_numels(
@@ -639,7 +662,7 @@ def _torch_answer(case: Case) -> TorchAnswer:
     return TorchAnswer(version, target, output, None, _judge(case, target, output))
 
 
-def _torch_rule(case: Case) -> object:
+def _torch_rule(case: Case) -> DimMap:
     """torch's own rule for the op, from ``_view_ops`` (as DTensor would compute it)."""
     import torch
     from torch.distributed.tensor._ops import _view_ops as tv
@@ -648,152 +671,9 @@ def _torch_rule(case: Case) -> object:
         return tv.view_groups(case.shape, case.out_shape)
     meta = torch.empty(case.shape, device="meta")
     if case.op in ("expand", "repeat"):
-        return tv.dim_maps[getattr(torch.Tensor, case.op)](meta, *case.args[0])
+        sizes = case.args[0]
+        return tv.dim_maps[getattr(torch.Tensor, case.op)](meta, *_ints(sizes))
     return tv.dim_maps[getattr(torch, case.op)](meta, *case.args)
-
-
-# --------------------------------------------------------------------------------------------
-# Who holds what: the folded rank grid
-
-
-@dataclass(frozen=True, slots=True)
-class Picture:
-    """Which shard holds each element of a tensor, folded to 2-D.
-
-    The tensor is folded to rows (the leading dims, row-major) by columns (the last dim). The
-    cell at (i, j) is ``rows[i] + cols[j]``: the owner's coordinates on the sharding mesh dims
-    as one row-major number. Mesh dims that replicate or are Partial do not split the data, so
-    they do not appear. ``rows`` and ``cols`` are None when there is nothing to draw, and
-    ``note`` says why.
-    """
-
-    title: str
-    legend: str
-    rows: np.ndarray | None
-    cols: np.ndarray | None
-    row_dims: str
-    col_dims: str
-    note: str | None = None
-
-
-def picture(
-    title: str, shape: tuple[int, ...], placements: Placements, mesh: tuple[int, ...]
-) -> Picture:
-    """The owner grid of a tensor under ``placements``."""
-    sharded = [m for m, p in enumerate(placements) if p.shards]
-    row_dims = "·".join(f"d{d}" for d in range(len(shape) - 1)) or "none"
-    col_dims = f"d{len(shape) - 1}" if shape else "none"
-    legend = _legend(sharded, placements, mesh)
-    if not sharded:
-        return Picture(title, legend, None, None, row_dims, col_dims)
-    if math.prod(shape[:-1]) > GRID_MAX_ROWS:
-        note = f"not drawn: more than {GRID_MAX_ROWS} rows"
-        return Picture(title, legend, None, None, row_dims, col_dims, note)
-    weights = dict(zip(sharded, _row_strides([mesh[m] for m in sharded]), strict=True))
-    lead = shape[:-1]
-    rows = np.zeros(lead, dtype=np.int64)
-    cols = np.zeros(shape[-1], dtype=np.int64)
-    for m, owner in _owners(shape, placements, mesh).items():
-        d = placements[m].dim
-        if d == len(shape) - 1:
-            cols = cols + weights[m] * owner
-        else:
-            axis = [-1 if i == d else 1 for i in range(len(lead))]
-            rows = rows + (weights[m] * owner).reshape(axis)
-    return Picture(title, legend, rows.reshape(-1), cols, row_dims, col_dims)
-
-
-def _owners(
-    shape: tuple[int, ...], placements: Placements, mesh: tuple[int, ...]
-) -> dict[int, np.ndarray]:
-    """Per sharding mesh dim m, the coordinate on m that holds each position of its dim.
-
-    A rank's index list along dim d is exactly the positions whose owners, on every mesh dim
-    sharding d, are the rank's own coordinates, so one pass over the ranks fills them in.
-    """
-    from . import oracle
-
-    given = _to_torch(placements)
-    owners = {
-        m: np.zeros(shape[p.dim], dtype=np.int64) for m, p in enumerate(placements) if p.shards
-    }
-    for coord in oracle.mesh_coords(mesh):
-        idx = oracle.local_indices(shape, given, mesh, coord)
-        for m, owner in owners.items():
-            owner[idx[placements[m].dim]] = coord[m]
-    return owners
-
-
-def _legend(sharded: list[int], placements: Placements, mesh: tuple[int, ...]) -> str:
-    if not sharded:
-        return "no mesh dim shards: every rank holds every element"
-    terms = []
-    for i, m in enumerate(sharded):
-        w = math.prod(mesh[k] for k in sharded[i + 1 :])
-        terms.append(f"c{m}*{w}" if w > 1 else f"c{m}")
-    formula = "+".join(terms)
-    others = [m for m in range(len(mesh)) if m not in sharded]
-    if not others:
-        return f"cell = {formula}, the rank holding the element"
-    copies = math.prod(mesh[m] for m in others)
-    what = ", ".join(f"m{m} ({placements[m]})" for m in others)
-    return (
-        f"cell = {formula} (c = mesh coordinate); {what} does not split the data: "
-        f"each cell is on {copies} ranks"
-    )
-
-
-def _pictures(case: Case, target: Placements, output: Placements) -> tuple[Picture, ...]:
-    """Who holds what: the input, the input target if it differs, and the output."""
-    pics = [
-        picture(f"input {_placements_str(case.placements)}", case.shape, case.placements, case.mesh)
-    ]
-    if target != case.placements:
-        pics.append(
-            picture(f"input target {_placements_str(target)}", case.shape, target, case.mesh)
-        )
-    pics.append(picture(f"output {_placements_str(output)}", case.out_shape, output, case.mesh))
-    return tuple(pics)
-
-
-def _runs(v: np.ndarray) -> list[tuple[int, int]]:
-    """``(start, stop)`` of each run of equal neighbours in ``v``."""
-    cuts = [0, *(np.flatnonzero(v[1:] != v[:-1]) + 1).tolist(), len(v)]
-    return list(itertools.pairwise(cuts))
-
-
-def _elide(runs: list[tuple[int, int]], limit: int) -> list[tuple[int, int] | None]:
-    if len(runs) <= limit:
-        return list(runs)
-    half = limit // 2
-    return [*runs[:half], None, *runs[-half:]]
-
-
-def _span(run: tuple[int, int]) -> str:
-    start, stop = run
-    return str(start) if stop - start == 1 else f"{start}-{stop - 1}"
-
-
-def grid_lines(pic: Picture) -> list[str]:
-    """The picture as text: runs of equal rows and of equal columns are merged into one cell,
-    and past ``GRID_ROW_RUNS`` / ``GRID_COL_RUNS`` runs the middle is elided."""
-    if pic.rows is None or pic.cols is None:
-        return []
-    rows = _elide(_runs(pic.rows), GRID_ROW_RUNS)
-    cols = _elide(_runs(pic.cols), GRID_COL_RUNS)
-    heads = [_span(c) if c else "…" for c in cols]
-    top = int(pic.rows.max() + pic.cols.max())
-    w = max(len(str(top)), *(len(h) for h in heads))
-    labels = [_span(r) if r else "⋮" for r in rows]
-    lw = max(len(x) for x in labels)
-    lines = [" " * lw + "  " + " ".join(h.rjust(w) for h in heads)]
-    for r, label in zip(rows, labels, strict=True):
-        cells = [
-            ("⋮" if r is None else "…" if c is None else str(int(pic.rows[r[0]] + pic.cols[c[0]])))
-            for c in cols
-        ]
-        lines.append(label.rjust(lw) + "  " + " ".join(x.rjust(w) for x in cells))
-    return lines
 
 
 # --------------------------------------------------------------------------------------------
@@ -827,7 +707,7 @@ def _fmt_bytes(n: int) -> str:
 def render_text(ex: Explanation, *, grid: bool = True) -> list[str]:
     """The human-readable explanation, one list entry per line."""
     c = ex.case
-    mode = "view semantics (--strict)" if c.strict else "reshape semantics"
+    mode = "a strict view: raises if data must move" if c.strict else "redistributes what must move"
     lines = [
         *_row("op", f"{_op_text(c)}: {_tuple(c.shape)} -> {_tuple(c.out_shape)}, {mode}"),
         *_row("mesh", f"{_tuple(c.mesh)}, {math.prod(c.mesh)} ranks, {c.dtype}"),
@@ -853,12 +733,14 @@ def _op_text(c: Case) -> str:
 
 
 def _target_text(ex: Explanation) -> str:
+    if ex.strict_error is not None:  # the rows below say what a reshape would do instead
+        return placements_str(ex.target) + "  (as a reshape would; this view raises, below)"
     same = ex.target == ex.case.placements
-    return _placements_str(ex.target) + ("  (unchanged)" if same else "")
+    return placements_str(ex.target) + ("  (unchanged)" if same else "")
 
 
 def _layout_rows(label: str, placements: Placements, sl: ShardedLayout | None) -> list[str]:
-    lines = _row(label, _placements_str(placements))
+    lines = _row(label, placements_str(placements))
     if sl is None:
         return lines + _row(
             "layout",
@@ -911,8 +793,7 @@ def _torch_rows(ex: Explanation) -> list[str]:
         comm = f"moves mesh dims {moved}" if moved else "no communication"
         lines = _row(
             label,
-            f"input target {_placements_str(t.target)}, output {_placements_str(t.output)} "
-            f"({comm})",
+            f"input target {placements_str(t.target)}, output {placements_str(t.output)} ({comm})",
         )
     if t.verdict is not None:
         lines += _row("oracle", _verdict_text(t.verdict), 2)
@@ -934,7 +815,7 @@ def _grid_rows(ex: Explanation) -> list[str]:
         "neighbouring rows and columns are merged and labelled by their index range",
     )
     for pic in ex.pictures:
-        if pic.rows is not None and pic.cols is not None:
+        if pic.rows is not None and pic.cols is not None and pic.sharded:
             size = f"{len(pic.cols)} cols ({pic.col_dims})"
             if pic.row_dims != "none":
                 size = f"{len(pic.rows)} rows ({pic.row_dims}) x {size}"
@@ -1021,48 +902,29 @@ def _torch_json(t: TorchAnswer) -> dict[str, object]:
 
 def png_available() -> bool:
     """Whether matplotlib (the optional ``plot`` extra) is importable."""
+    return ownership.png_available()
+
+
+def check_png_path(path: str) -> None:
+    """ValueError unless a PNG can be written at ``path``: checked before the case is
+    explained, so a typo in the path costs nothing."""
+    if not png_available():
+        raise ValueError("--png needs matplotlib: pip install 'cute_shard[plot]'")
+    folder = os.path.dirname(path) or "."
+    if os.path.isdir(path):
+        raise ValueError(f"--png: {path!r} is a directory; give a file name such as ranks.png")
+    if not os.path.isdir(folder):
+        raise ValueError(f"--png: cannot write {path!r}: no directory {folder!r}")
+    if not os.access(folder, os.W_OK):
+        raise ValueError(f"--png: cannot write {path!r}: directory {folder!r} is not writable")
+
+
+def write_png(ex: Explanation, path: str) -> None:
+    """Draw the rank pictures side by side into a PNG (needs matplotlib); ValueError if
+    ``path`` cannot be written."""
+    c = ex.case
+    title = f"{_op_text(c)}: {_tuple(c.shape)} -> {_tuple(c.out_shape)} on mesh {_tuple(c.mesh)}"
     try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def write_png(ex: Explanation, path: str, max_pixels: int = 512) -> None:
-    """Draw the rank pictures side by side into a PNG (needs matplotlib).
-
-    Each image is the folded tensor, one colour per shard id; folds longer than
-    ``max_pixels`` are sampled at evenly spaced indices.
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    pics = ex.pictures
-    fig, axes = plt.subplots(1, len(pics), figsize=(4.5 * len(pics), 4.5), squeeze=False)
-    for ax, pic in zip(axes[0], pics, strict=True):
-        rows = _sample(pic.rows, max_pixels) if pic.rows is not None else np.zeros(1, np.int64)
-        cols = _sample(pic.cols, max_pixels) if pic.cols is not None else np.zeros(1, np.int64)
-        image = rows[:, None] + cols[None, :]
-        ids = int(image.max()) + 1
-        cmap = plt.get_cmap("tab20" if ids <= 20 else "viridis", ids)
-        shown = ax.imshow(
-            image, cmap=cmap, vmin=-0.5, vmax=ids - 0.5, aspect="auto", interpolation="nearest"
-        )
-        ax.set_title(pic.title, fontsize=10)
-        ax.set_ylabel(f"rows: {pic.row_dims}")
-        ax.set_xlabel(f"cols: {pic.col_dims}")
-        bar = fig.colorbar(shown, ax=ax, label="shard id")
-        if ids <= 20:
-            bar.set_ticks(range(ids))
-    fig.suptitle(f"{_op_text(ex.case)}: {_tuple(ex.case.shape)} -> {_tuple(ex.case.out_shape)}")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-
-
-def _sample(v: np.ndarray, n: int) -> np.ndarray:
-    if len(v) <= n:
-        return v
-    return v[np.linspace(0, len(v) - 1, n).round().astype(np.int64)]
+        ownership.write_png(ex.pictures, path, title)
+    except OSError as e:
+        raise ValueError(f"--png: cannot write {path!r}: {e.strerror or e}") from None
