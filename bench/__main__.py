@@ -4,6 +4,7 @@
     python -m bench --quick                  # the same with few rounds, under 30 s
     python -m bench --suite propagate --families reshape,strided --rounds 41
     python -m bench --profile reshape        # cProfile of cold cute_shard calls, top 15
+    python -m bench --suite mix              # the random mix: total, tail and worst view
 
 The propagate suite also writes bench/results/propagate.png when matplotlib is installed.
 """
@@ -20,7 +21,7 @@ from typing import Any
 
 import torch
 
-from . import layout_bench, propagate_bench
+from . import layout_bench, mix_bench, propagate_bench
 from .propagate_cases import FAMILIES
 
 RESULTS = pathlib.Path(__file__).parent / "results"
@@ -39,9 +40,16 @@ def _propagate(args: argparse.Namespace) -> dict[str, Any]:
     return results
 
 
+def _mix(args: argparse.Namespace) -> dict[str, Any]:
+    if args.quick:
+        return mix_bench.run(n=60, rounds=args.rounds or 5)
+    return mix_bench.run(n=300, rounds=args.rounds or 15)
+
+
 SUITES: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {
     "layout": _layout,
     "propagate": _propagate,
+    "mix": _mix,
 }
 
 

@@ -108,6 +108,7 @@ def test_place_is_sound_and_complete_on_one_state(
                 assert out_labels(k, s) != want or set(want) == {0}, (case, k, s)
         return
     k, lo, hi = got
+    assert hi is None or lo <= hi, (case, got)
     top = outs[k] if hi is None else min(hi, outs[k] + 1)
     for s in range(lo, top + 1):
         assert out_labels(k, s) == want, (case, k, s, lo, hi)

@@ -8,12 +8,9 @@ where a mesh dim moves the brute force confirms that no zero-communication answe
 
 from __future__ import annotations
 
-import itertools
-import math
 import time
 from typing import Any
 
-import numpy as np
 import pytest
 from torch.distributed.tensor.placement_types import (
     Partial,
@@ -23,8 +20,8 @@ from torch.distributed.tensor.placement_types import (
     _StridedShard,
 )
 
-import cute_shard.rules as R
 import cute_shard
+import cute_shard.rules as R
 from cute_shard import oracle
 from cute_shard.engine.errors import Blocked
 
@@ -294,7 +291,6 @@ def test_too_ragged_to_prove_moves_instead_of_raising(
     with pytest.raises(cute_shard.RedistributionRequired) as info:
         cute_shard.propagate_shape_and_sharding(placements, shape, rule, mesh, strict_view=True)
     assert all(b.reason for b in info.value.blocked)
-
 
 
 # ----------------------------------------------------------------- found by the old engine

@@ -63,8 +63,14 @@ __all__ = ["CONST", "Fail", "Group", "State", "chunk_len", "place", "root", "spl
 
 Size = Any  # int, or a symbolic size (``symbolic.Sym``) on the even steps only
 
+
+class _Const:
+    def __repr__(self) -> str:
+        return "CONST"
+
+
 #: The root of a labelling that gives every element to coordinate 0 (each piece has one row).
-CONST = ("const",)
+CONST = _Const()
 
 
 class Group:
@@ -96,8 +102,9 @@ class Group:
         self.home = home
 
     def start(self) -> list[State]:
-        """The one state before any mesh dim: the global sizes."""
-        return [(self.in_sizes, self.out_sizes, 0 in self.in_sizes)]
+        """The one state before any mesh dim: the global sizes (lists: an even step divides
+        them in place)."""
+        return [(list(self.in_sizes), list(self.out_sizes), 0 in self.in_sizes)]
 
     def out_dim(self, k: int) -> int:
         return k if self.out_dims is None else self.out_dims[k]
@@ -107,7 +114,7 @@ class Group:
 
 
 #: (input local lengths, output local lengths, no rank of the state holds anything)
-State = tuple[tuple[Size, ...], tuple[Size, ...], bool]
+State = tuple[list[Size], list[Size], bool]
 
 
 class Fail:
@@ -139,7 +146,9 @@ def chunk_len(length: int, sf: int, m: int, c: int) -> int:
     chr_ = -(-rem // m)
     a = pc - c * ch
     b = rem - c * chr_
-    return full * (ch if a >= ch else a if a > 0 else 0) + (chr_ if b >= chr_ else b if b > 0 else 0)
+    return full * (ch if a >= ch else a if a > 0 else 0) + (
+        chr_ if b >= chr_ else b if b > 0 else 0
+    )
 
 
 def _piece(n: int, m: int, inner: Size) -> tuple[Size, int, Size]:
@@ -173,7 +182,7 @@ class _Symbolic(Exception):
     """An uneven step on a symbolic size: no exact answer for every value of the symbols."""
 
 
-def _locate(r: Any, m: int, group: Group, outs: tuple[Size, ...]) -> Any:
+def _locate(r: Any, m: int, out_dims: tuple[int, ...] | None, outs: list[Size]) -> Any:
     """``(output axis, lo, hi)``: the axis whose labelling by every split factor in
     ``[lo, hi]`` (``hi`` None: no bound) is the word of root ``r``, or None. The axis is where
     the root's first run, ``a0`` elements, is a whole number of the axis's rows: the only one
@@ -183,7 +192,6 @@ def _locate(r: Any, m: int, group: Group, outs: tuple[Size, ...]) -> Any:
     a, full, b = r
     a0, runs, last = a
     even = b is None and runs == m and type(last) is int and last == 0
-    out_dims = group.out_dims
     inner: Size = 1
     for k in range(len(outs) - 1, -1, -1):
         if a0 % inner:
@@ -208,67 +216,107 @@ def _locate(r: Any, m: int, group: Group, outs: tuple[Size, ...]) -> Any:
                     elif type(length) is int and not b[0] % inner and not b[2] % inner:
                         rem = b[1] * (b[0] // inner) + b[2] // inner
                         if _piece(rem, m, inner) == b and length == full * pc + rem:
-                            return k, -(-length // pc), (length - 1) // (pc - 1)
+                            lo, hi = -(-length // pc), (length - 1) // (pc - 1)
+                            # (no split factor may chunk the axis into pieces of pc rows)
+                            return (k, lo, hi) if lo <= hi else None
         inner = inner * length
     return None
 
 
+def _place_one(group: Group, state: State, ax: int, sf: Any, m: int) -> Any:
+    """Mesh dim's placement in one state: ``(output axis, lo, hi)``, :data:`CONST` (rank 0
+    holds all of it), None (the state's ranks hold nothing) or a :class:`Fail`."""
+    ins, outs, empty = state
+    if empty:
+        return None
+    inner: Size = 1
+    for x in ins[ax + 1 :]:
+        inner = inner * x
+    r = root(ins[ax], sf, m, inner)
+    if r is CONST:
+        return CONST
+    hit = _locate(r, m, group.out_dims, outs)
+    if hit is None:
+        even = r[2] is None and r[0][1] == m and r[0][2] == 0
+        return Fail("straddle" if even else "uneven", group, state)
+    return hit
+
+
 def place(
-    group: Group, states: list[State], d: int, sf: int, m: int
+    group: Group, states: list[State], d: int, sf: Any, m: int
 ) -> tuple[int, Size, Size | None] | Fail:
     """Where tensor dim ``d``'s placement ``sf`` on a mesh dim of size ``m`` goes:
     ``(output axis, lo, hi)``, the split factors that work in every state, or a :class:`Fail`.
     """
     ax = d if group.axis is None else group.axis[d]
-    found = -1
-    lo: Size = 1
-    hi: Size | None = None
-    consts: list[tuple[Size, ...]] | None = None
     try:
-        for state in states:
-            ins, outs, empty = state
-            if empty:
+        if len(states) == 1:
+            hit = _place_one(group, states[0], ax, sf, m)
+            if type(hit) is tuple:
+                return hit
+            if type(hit) is Fail:
+                return hit
+            hits = [hit]
+        else:
+            hits = [_place_one(group, state, ax, sf, m) for state in states]
+        found = -1
+        lo: Size = 1
+        hi: Size | None = None
+        for i, hit in enumerate(hits):
+            if type(hit) is Fail:
+                return hit
+            if type(hit) is not tuple:
                 continue
-            inner: Size = 1
-            for x in ins[ax + 1 :]:
-                inner = inner * x
-            r = root(ins[ax], sf, m, inner)
-            if r is CONST:
-                consts = [outs] if consts is None else [*consts, outs]
-                continue
-            hit = _locate(r, m, group, outs)
-            if hit is None:
-                even = r[2] is None and r[0][1] == m and r[0][2] == 0
-                return Fail("straddle" if even else "uneven", group, state)
             k, a, b = hit
             if found == -1:
                 found, lo, hi = hit
-            elif k != found:
-                return Fail("split", group, state)
-            else:
-                lo = a if a > lo else lo
-                hi = b if hi is None else hi if b is None or b > hi else b
-                if hi is not None and lo > hi:
-                    return Fail("split", group, state)
-        if consts is not None:
-            if found == -1:
-                found = _home_axis(group, d)
-                if found < 0:
-                    return Fail("nowhere", group, states[0])
-            for outs in consts:  # every row its own piece: rank 0 keeps all of them
-                length = outs[found]
+                continue
+            if k != found:
+                return Fail("split", group, states[i])
+            lo = a if a > lo else lo
+            hi = b if hi is None else hi if b is None or b > hi else b
+            if hi is not None and lo > hi:
+                return Fail("split", group, states[i])
+        if found == -1:  # no rank holds anything, or rank 0 holds it all: any output dim
+            found = _const_axis(group, d, states, hits)
+            if found < 0:
+                return Fail("nowhere", group, states[0])
+        for i, hit in enumerate(hits):
+            if hit is CONST:  # every row its own piece: rank 0 keeps all of them
+                length = states[i][1][found]
                 if type(length) is not int:
                     raise _Symbolic
                 lo = length if length > lo else lo
-            if hi is not None and lo > hi:
-                return Fail("split", group, states[0])
+        if hi is not None and lo > hi:
+            return Fail("split", group, states[0])
     except _Symbolic:
         return Fail("symbolic", group, states[0])
-    if found == -1:  # no rank holds anything: any placement is exact
-        found = _home_axis(group, d)
-        if found < 0:
-            return Fail("nowhere", group, states[0])
     return found, lo, hi
+
+
+def _const_axis(group: Group, d: int, states: list[State], hits: list[Any]) -> int:
+    """The output axis for a placement that gives rank 0 everything (or nothing to anyone):
+    one where it reads back as a plain ``Shard`` (a length of at most 1 wherever rank 0 holds
+    it all), the home axis first; else the home axis (as a ``_StridedShard`` whose pieces are
+    single rows)."""
+    home = _home_axis(group, d)
+    n = len(group.out_sizes)
+
+    def plain(k: int) -> bool:
+        if group.out_dims is not None and group.out_dims[k] < 0:
+            return False
+        for i, hit in enumerate(hits):
+            length = states[i][1][k]
+            if hit is CONST and (type(length) is not int or length > 1):
+                return False
+        return True
+
+    if home >= 0 and plain(home):
+        return home
+    for k in range(n):
+        if plain(k) and any(hit is CONST for hit in hits):
+            return k
+    return home
 
 
 def _home_axis(group: Group, d: int) -> int:
@@ -276,20 +324,18 @@ def _home_axis(group: Group, d: int) -> int:
     return -1 if o < 0 else group.out_axis(o)
 
 
-def split_states(
-    states: list[State], ax: int, sf: int, k: int, sf_out: Size, m: int
-) -> list[State]:
+def split_states(states: list[State], ax: int, sf: Any, k: int, sf_out: Any, m: int) -> list[State]:
     """The states after a mesh dim (size ``m``) keeps input axis ``ax`` with ``sf`` and output
-    axis ``k`` with ``sf_out``: each state's ranks, by their coordinate on it."""
+    axis ``k`` with ``sf_out``: each state's ranks, by their coordinate on it. An even step
+    divides a state's lengths in place; an uneven one makes a state per distinct share."""
     out: list[State] = []
-    for ins, outs, empty in states:
+    for state in states:
+        ins, outs, empty = state
         length, length_out = ins[ax], outs[k]
-        new_in = list(ins)
-        new_out = list(outs)
         if not length % (sf * m) and not length_out % (sf_out * m):  # even: one state
-            new_in[ax] = length // m
-            new_out[k] = length_out // m
-            out.append((tuple(new_in), tuple(new_out), empty))
+            ins[ax] = length // m
+            outs[k] = length_out // m
+            out.append(state)
             continue
         if type(length) is not int or type(length_out) is not int:
             raise _Symbolic  # ranks of a symbolic size with unequal shares
@@ -299,9 +345,14 @@ def split_states(
             b = chunk_len(length_out, sf_out, m, c)
             if (a, b) not in seen:
                 seen.add((a, b))
+                new_in = ins.copy()
+                new_out = outs.copy()
                 new_in[ax] = a
                 new_out[k] = b
-                out.append((tuple(new_in), tuple(new_out), empty or a == 0))
+                out.append((new_in, new_out, empty or a == 0))
     if len(out) > 1 and all(type(x) is int for s in out for x in s[0]):
-        out = list(dict.fromkeys(out))
+        unique: dict[tuple[Any, ...], State] = {}
+        for st in out:
+            unique.setdefault((tuple(st[0]), tuple(st[1]), st[2]), st)
+        out = list(unique.values())
     return out

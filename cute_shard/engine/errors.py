@@ -8,6 +8,7 @@ text of a :class:`~cute_shard.engine.decide.Fail`; only a caller that shows it p
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,28 +31,52 @@ class RedistributionRequired(RuntimeError):
     """A strict view (``view``, ``_unsafe_view``, ``squeeze``) would need communication.
 
     ``blocked`` lists every mesh dim that would have to move; ``suggestion`` is the input
-    placement list that would make the view valid without further communication.
+    placement list that would make the view valid without further communication. The
+    reasons are written when first read (a caller that only catches the error pays nothing
+    for them): ``blocked`` may be given as a function that makes the list.
     """
 
-    def __init__(self, blocked: tuple[Blocked, ...], suggestion: tuple[object, ...] | None = None):
-        self.blocked = blocked
+    def __init__(
+        self,
+        blocked: tuple[Blocked, ...] | Callable[[], tuple[Blocked, ...]],
+        suggestion: tuple[object, ...] | None = None,
+    ) -> None:
+        super().__init__()
+        self._blocked = blocked
         self.suggestion = suggestion
+
+    @property
+    def blocked(self) -> tuple[Blocked, ...]:
+        if callable(self._blocked):
+            self._blocked = self._blocked()
+        return self._blocked
+
+    def __str__(self) -> str:
+        blocked = self.blocked
         first = blocked[0]
         more = f" (and {len(blocked) - 1} more mesh dims)" if len(blocked) > 1 else ""
         hint = ""
-        if suggestion is not None:
-            hint = f"; redistribute the input to {list(suggestion)} first, or use reshape"
-        super().__init__(
+        if self.suggestion is not None:
+            hint = f"; redistribute the input to {list(self.suggestion)} first, or use reshape"
+        return (
             f"view needs communication: tensor dim {first.tensor_dim} is sharded on mesh dim "
             f"{first.mesh_dim} and {first.reason}{more}{hint}"
         )
+
+    def __repr__(self) -> str:
+        return f"RedistributionRequired({str(self)!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.blocked, self.suggestion)
 
 
 def reason(fail: Fail, mesh_dim: int, dim: int, sf: Any, size: int, pair: int) -> str:
     """The text of why mesh dim ``mesh_dim`` (size ``size``, ``(dim, sf)``) cannot stay."""
     kind = fail.kind
-    what = f"its shards of tensor dim {dim}" if sf == 1 else (
-        f"its _StridedShard (split factor {sf}) of tensor dim {dim}"
+    what = (
+        f"its shards of tensor dim {dim}"
+        if sf == 1
+        else (f"its _StridedShard (split factor {sf}) of tensor dim {dim}")
     )
     if dim == pair:
         return "view_as_complex needs whole (real, imag) pairs on every rank"
@@ -98,8 +123,7 @@ def reason(fail: Fail, mesh_dim: int, dim: int, sf: Any, size: int, pair: int) -
             j = j * x
         out_dim = group.out_dim(o)
         given = (
-            f", where Shard({out_dim}) of the output would give it "
-            f"[0, {-(-outs[o] // size) * j})"
+            f", where Shard({out_dim}) of the output would give it [0, {-(-outs[o] // size) * j})"
         )
     return (
         f"tensor dim {dim} (local size {piece}) is not evenly divisible by mesh dimension "

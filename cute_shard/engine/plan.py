@@ -289,7 +289,9 @@ def _special(spec: DimSpec, o: int, shape: tuple[Size, ...], used: list[int], st
             raise NotStatic
         return size
     if cls is not Broadcast and cls is not Repeat:
-        raise ValueError(f"rule entry {spec!r} for output dim {o} is not a cute_shard.rules DimSpec")
+        raise ValueError(
+            f"rule entry {spec!r} for output dim {o} is not a cute_shard.rules DimSpec"
+        )
     inner = spec.dim if cls is Broadcast else spec.input_dim
     n = spec.dim_size if cls is Broadcast else spec.times
     if static and type(n) is not int:
@@ -330,8 +332,11 @@ def _check_splits(splits: dict[tuple[int, ...], list[Any]], shape: tuple[Size, .
             whole = whole * x
         if _size_eq(whole, total):
             continue
-        if len(dims) == 1 and len(sizes) == 2 and _size_eq(sizes[1], 2) and _size_eq(
-            sizes[0], total
+        if (
+            len(dims) == 1
+            and len(sizes) == 2
+            and _size_eq(sizes[1], 2)
+            and _size_eq(sizes[0], total)
         ):
             real = True
             continue
@@ -377,8 +382,13 @@ def _groups(
                     carried = dict(carry)
                 carried[dims[0]] = o  # view_as_real: the new (real, imag) dim is innermost
                 continue
-            g = Group(tuple(shape[d] for d in dims), {d: i for i, d in enumerate(dims)},
-                      tuple(pieces), tuple(outs), dict.fromkeys(dims, o))
+            g = Group(
+                tuple(shape[d] for d in dims),
+                {d: i for i, d in enumerate(dims)},
+                tuple(pieces),
+                tuple(outs),
+                dict.fromkeys(dims, o),
+            )
         elif (cls is Repeat or cls is Broadcast) and type(
             inner := spec.input_dim if cls is Repeat else spec.dim
         ) is InputDim:

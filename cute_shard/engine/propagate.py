@@ -89,7 +89,7 @@ def propagate_shape_and_sharding(
     moved = {m for m, _, _ in fails}
     target = tuple(REPLICATE if m in moved else p for m, p in enumerate(placements))
     if strict_view:
-        raise RedistributionRequired(blocked(plan, norm, mesh, fails), target)
+        raise RedistributionRequired(lambda: blocked(plan, norm, mesh, fails), target)
     return target, outs
 
 
@@ -115,8 +115,10 @@ def solve(
     ``SymFacts``; the facts asked for a mesh dim that then moves are dropped (moving is
     valid whatever they are)."""
     readings = plan.readings
-    states: dict[Any, list[State]] = {}  # per group, its ranks' states so far
-    later: dict[Any, list[Any]] = {}  # per group, the mesh dims kept since (applied when read)
+    # per group, its ranks' states so far (None: split unevenly on a symbolic size; a
+    # group no placement has asked about yet has no entry, and keeps its carried steps)
+    states: dict[Any, list[State] | None] = {}
+    pending: dict[Any, list[Any]] = {}
     out: list[MeshPlacement] = list(norm)
     fails: list[tuple[int, int, Fail]] = []
     for m, p in enumerate(norm):
@@ -127,91 +129,112 @@ def solve(
             raise NotStatic  # a symbolic split factor
         size = mesh[m]
         if size == 1:  # every rank holds everything: any placement reads it back
-            carried = readings[0].carry.get(d)
-            if carried is not None:
-                out[m] = (carried, sf)
-            elif readings[0].group(d) is not None and plan.home.get(d, -1) >= 0:
-                out[m] = (plan.home.get(d, -1), 1)
-            else:
-                out[m] = None  # a dim the view drops
+            out[m] = _unit(plan, d, sf)
             continue
-        found = -1
-        lo: Any = 1
-        hi: Any = None
-        fixed: Any = None
-        fail: Fail | None = None
         mark = 0 if facts is None else facts.mark()
-        for reading in readings:
-            o = reading.carry.get(d)
-            if o is not None:  # the dim moves whole: its placement carries verbatim
-                fixed = sf
-                a: Any = sf
-                b: Any = sf
-            else:
-                group = reading.group(d)
-                if group is None:
-                    fail = Fail("nowhere")
-                    break
-                st = _states(group, states, later)
-                if st is None:
-                    fail = Fail("symbolic")
-                    break
-                placed = place(group, st, d, sf, size)
-                if type(placed) is Fail:
-                    fail = placed
-                    break
-                k, a, b = placed  # type: ignore[misc]
-                o = group.out_dim(k)
-            if found == -1:
-                found, lo, hi = o, a, b
-                continue
-            try:
-                if o != found:
-                    fail = Fail("split")
-                    break
-                lo = a if a > lo else lo
-                hi = b if hi is None else hi if b is None or b > hi else b
-                if (hi is not None and lo > hi) or (fixed is not None and fixed < lo):
-                    fail = Fail("split")
-                    break
-            except _Symbolic:  # readings to reconcile over symbolic split factors
-                fail = Fail("symbolic")
+        hit = _decide(readings[0], states, pending, d, sf, size)
+        for reading in readings[1:]:
+            if type(hit) is Fail:
                 break
-        if fail is not None:
+            hit = _meet(hit, _decide(reading, states, pending, d, sf, size))
+        if type(hit) is Fail:
             if facts is not None:
                 facts.drop(mark)
-            fails.append((m, d, fail))
+            fails.append((m, d, hit))
             out[m] = None
             continue
-        sf_out = lo if fixed is None else fixed
+        found = hit[0]
+        sf_out = hit[1] if hit[3] is None else hit[3]
         out[m] = (found, sf_out)
         for reading in readings:
             group = reading.group(d)
-            if group is not None:
-                ax = d if group.axis is None else group.axis[d]
-                step = (ax, sf, group.out_axis(found), sf_out, size)
-                if group in later:
-                    later[group].append(step)
-                else:
-                    later[group] = [step]
+            if group is None:
+                continue
+            step = (
+                d if group.axis is None else group.axis[d],
+                sf,
+                group.out_axis(found),
+                sf_out,
+                size,
+            )
+            if group in states:
+                st = states[group]
+                if st is not None:
+                    try:
+                        states[group] = split_states(st, *step)
+                    except _Symbolic:
+                        states[group] = None  # later mesh dims of this group cannot decide
+            elif group in pending:
+                pending[group].append(step)
+            else:
+                pending[group] = [step]
     return out, fails
 
 
-def _states(
-    group: Any, states: dict[Any, list[State]], later: dict[Any, list[Any]]
-) -> list[State] | None:
-    """The group's states now: those it had, split by the mesh dims kept since (a view that
-    only carries its dims never computes any); None where symbolic sizes split unevenly."""
-    st = states.get(group) or group.start()
-    steps = later.pop(group, None)
-    if steps:
+def _decide(
+    reading: Any, states: dict[Any, Any], pending: dict[Any, Any], d: int, sf: Any, size: int
+) -> Any:
+    """In one reading: ``(output dim, lo, hi, fixed)`` (``fixed``: a carried dim's own split
+    factor, else None) or a Fail."""
+    o = reading.carry.get(d)
+    group = reading.group(d)
+    if o is not None:  # the dim moves whole: its placement carries verbatim, unless it is a
+        # _StridedShard that gives rank 0 the whole dim, placed like any other (it may then
+        # read back as a plain Shard of a size-1 dim)
+        if group is None or type(sf) is not int or sf == 1:
+            return o, sf, sf, sf
+        n = group.in_sizes[d if group.axis is None else group.axis[d]]
+        if type(n) is not int or n > sf:
+            return o, sf, sf, sf
+    if group is None:
+        return Fail("nowhere")
+    if group in states:
+        st = states[group]
+        if st is None:
+            return Fail("symbolic")
+    else:  # the first placement asked about in this group: apply the carried steps so far
+        st = group.start()
         try:
-            for step in steps:
+            for step in pending.pop(group, ()):
                 st = split_states(st, *step)
         except _Symbolic:
-            return None
-    states[group] = st
-    return st
+            states[group] = None
+            return Fail("symbolic")
+        states[group] = st
+    placed = place(group, st, d, sf, size)
+    if type(placed) is Fail:
+        return placed
+    k, lo, hi = placed  # type: ignore[misc]
+    return group.out_dim(k), lo, hi, None
+
+
+def _meet(a: Any, b: Any) -> Any:
+    """A placement both readings accept, or a Fail."""
+    if type(b) is Fail:
+        return b
+    try:
+        if a[0] != b[0]:
+            return Fail("split")
+        lo = b[1] if b[1] > a[1] else a[1]
+        hi = a[2] if b[2] is None else b[2] if a[2] is None or a[2] > b[2] else a[2]
+        fixed = a[3] if a[3] is not None else b[3]
+        if (hi is not None and lo > hi) or (fixed is not None and not lo <= fixed):
+            return Fail("split")
+    except _Symbolic:  # readings to reconcile over symbolic split factors
+        return Fail("symbolic")
+    return a[0], lo, hi, fixed
+
+
+def _unit(plan: Plan, d: int, sf: Any) -> MeshPlacement:
+    """The output of a mesh dim of size 1 (every rank holds everything)."""
+    reading = plan.readings[0]
+    carried = reading.carry.get(d)
+    if carried is not None:
+        return (carried, sf)
+    home = plan.home.get(d, -1)
+    if reading.group(d) is not None and home >= 0:
+        return (home, 1)
+    return None  # a dim the view drops
 
 
 def parse_placements(

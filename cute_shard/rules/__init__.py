@@ -108,9 +108,9 @@ from .builders import (
 )
 from .specs import (
     Broadcast,
+    ComplexRule,
     DimSpec,
     Flatten,
-    ComplexRule,
     InputDim,
     NewDim,
     Repeat,
@@ -127,9 +127,9 @@ from .specs import (
 
 __all__ = [
     "Broadcast",
+    "ComplexRule",
     "DimSpec",
     "Flatten",
-    "ComplexRule",
     "InputDim",
     "NewDim",
     "Repeat",
@@ -137,8 +137,8 @@ __all__ = [
     "Singleton",
     "Size",
     "Split",
-    "ViewRule",
     "UndecidableRule",
+    "ViewRule",
     "atleast_1d",
     "atleast_2d",
     "atleast_3d",

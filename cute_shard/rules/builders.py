@@ -50,12 +50,12 @@ from .specs import (
     NewDim,
     Repeat,
     Rule,
-    ViewRule,
     Split,
+    ViewRule,
     _broadcast_raw,
     _flatten_raw,
-    _view_rule,
     _split_raw,
+    _view_rule,
 )
 
 __all__ = [
@@ -638,7 +638,9 @@ def view_as_complex(shape: ShapeArg) -> Rule:
     n = len(s)
     if n == 1:
         return tuple.__new__(ComplexRule, ())
-    return tuple.__new__(ComplexRule, (*[_D(i) for i in range(n - 2)], Flatten((_D(n - 2), _D(n - 1)))))
+    return tuple.__new__(
+        ComplexRule, (*[_D(i) for i in range(n - 2)], Flatten((_D(n - 2), _D(n - 1))))
+    )
 
 
 def view_as_real(shape: ShapeArg) -> Rule:

@@ -63,9 +63,9 @@ from ._sym import Size, decide_eq, is_symint
 
 __all__ = [
     "Broadcast",
+    "ComplexRule",
     "DimSpec",
     "Flatten",
-    "ComplexRule",
     "InputDim",
     "NewDim",
     "Repeat",

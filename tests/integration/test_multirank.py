@@ -89,12 +89,6 @@ def test_communicates_only_where_no_zero_comm_answer_exists(
     assert not missed, "\n".join(missed)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine: a sharded size-1 dim that a view merges or drops is replicated, although "
-    "a _StridedShard keeps it without communication, e.g. (1, 16) -> (16,) on a 4-mesh with "
-    "[Shard(0)]: [_StridedShard(0, sf=16)] (only rank 0 holds data, before and after)",
-)
 @pytest.mark.parametrize("size", WORLDS)
 def test_sharded_size_one_dims_need_no_communication(
     world: Callable[[int], dict[str, Any]], size: int

@@ -93,7 +93,9 @@ EMPTY = [
 
 
 @pytest.mark.parametrize(("src", "dst", "text"), EMPTY)
-def test_views_of_empty_tensors(src: tuple[int, ...], dst: tuple[int, ...], text: str | None) -> None:
+def test_views_of_empty_tensors(
+    src: tuple[int, ...], dst: tuple[int, ...], text: str | None
+) -> None:
     """Every input dim is used once (or is a dropped size-1 dim), every output dim has its
     size, and the dims equal at both ends move whole."""
     rule = view_groups(src, dst)
