@@ -59,7 +59,17 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["CONST", "Fail", "Group", "State", "chunk_len", "place", "root", "split_states"]
+__all__ = [
+    "CONST",
+    "Fail",
+    "Group",
+    "State",
+    "chunk_len",
+    "chunk_lens",
+    "place",
+    "root",
+    "split_states",
+]
 
 Size = Any  # int, or a symbolic size (``symbolic.Sym``) on the even steps only
 
@@ -80,9 +90,10 @@ class Group:
     ``axis[d]`` is tensor dim d's axis, None: axis d). Virtual axes (a ``repeat``'s copies,
     never sharded) have no tensor dim. ``out_sizes``/``out_dims``: the output axes outer to
     inner and the output tensor dim of each (None: axis k is output dim k; -1 for an axis no
-    placement may name, view_as_complex's (real, imag) pair). ``home.get(d, -1)``: the output
-    dim for a shard whose labelling does not place it (the ranks hold nothing, or one rank
-    holds it all).
+    placement may name, view_as_complex's (real, imag) pair). ``home[d]``: the output dim for a
+    shard whose labelling does not place it (the ranks hold nothing, or one rank holds it all);
+    None for a view's group, where it is the output dim that holds the dim's rows in the flat
+    index (:meth:`home_axis`).
     """
 
     __slots__ = ("axis", "home", "in_sizes", "out_dims", "out_sizes")
@@ -112,6 +123,26 @@ class Group:
     def out_axis(self, o: int) -> int:
         return o if self.out_dims is None else self.out_dims.index(o)
 
+    def home_axis(self, d: int) -> int:
+        """The output axis for input dim d's shard when no labelling places it (-1: none)."""
+        if self.home is not None:
+            o = self.home.get(d, -1)
+            return -1 if o < 0 else self.out_axis(o)
+        # a view: the outermost output dim the dim's elements reach in the flat index (where
+        # a dropped size-1 dim's row would start)
+        row: Size = 1
+        for x in self.in_sizes[d + 1 :]:
+            row = row * x
+        n = self.in_sizes[d]
+        top = row * n - 1 if type(n) is int and n > 1 else row
+        inner: Size = 1
+        outs = self.out_sizes
+        for k in range(len(outs) - 1, -1, -1):
+            inner = inner * outs[k]
+            if type(inner) is int and type(top) is int and inner > top:
+                return k
+        return 0 if outs else -1
+
 
 #: (input local lengths, output local lengths, no rank of the state holds anything)
 State = tuple[list[Size], list[Size], bool]
@@ -132,6 +163,26 @@ class Fail:
         self.kind = kind
         self.group = group
         self.state = state
+
+
+def chunk_lens(length: int, sf: int, m: int) -> list[int]:
+    """``[chunk_len(length, sf, m, c) for c in range(m)]``."""
+    if length == 0:
+        return [0] * m
+    pc = -(-length // sf)
+    full = length // pc
+    ch = -(-pc // m)
+    rem = length - full * pc
+    chr_ = -(-rem // m)
+    out = []
+    for c in range(m):
+        a = pc - c * ch
+        b = rem - c * chr_
+        out.append(
+            full * (ch if a >= ch else a if a > 0 else 0)
+            + (chr_ if b >= chr_ else b if b > 0 else 0)
+        )
+    return out
 
 
 def chunk_len(length: int, sf: int, m: int, c: int) -> int:
@@ -182,6 +233,24 @@ class _Symbolic(Exception):
     """An uneven step on a symbolic size: no exact answer for every value of the symbols."""
 
 
+def _locate_even(s: Size, m: int, out_dims: tuple[int, ...] | None, outs: list[Size]) -> Any:
+    """The even step: ``(output axis, lo, hi)`` whose local mode ``L:J`` holds the gpu
+    sub-mode ``m:s`` (``J | s`` and ``s*m | J*L``), split factor ``J*L / (s*m)``; or None."""
+    inner: Size = 1
+    for k in range(len(outs) - 1, -1, -1):
+        if s % inner:
+            return None  # inner only grows by factors: no axis further out divides s either
+        length = outs[k]
+        if out_dims is None or out_dims[k] >= 0:
+            pc = m * (s // inner)
+            if not length % pc:
+                if type(length) is not int or type(pc) is not int:
+                    return k, length // pc, None  # symbolic: one state, its quotient
+                return k, length // pc, (length - 1) // (pc - 1)
+        inner = inner * length
+    return None
+
+
 def _locate(r: Any, m: int, out_dims: tuple[int, ...] | None, outs: list[Size]) -> Any:
     """``(output axis, lo, hi)``: the axis whose labelling by every split factor in
     ``[lo, hi]`` (``hi`` None: no bound) is the word of root ``r``, or None. The axis is where
@@ -191,34 +260,31 @@ def _locate(r: Any, m: int, out_dims: tuple[int, ...] | None, outs: list[Size]) 
     split factors with ``ceil(length / sf) == pc`` all chunk alike."""
     a, full, b = r
     a0, runs, last = a
-    even = b is None and runs == m and type(last) is int and last == 0
-    inner: Size = 1
+    if b is None and runs == m and type(last) is int and last == 0:
+        return _locate_even(a0, m, out_dims, outs)
+    if type(a0) is not int:
+        return None
+    inner = 1
     for k in range(len(outs) - 1, -1, -1):
         if a0 % inner:
-            return None  # inner only grows by factors: no axis further out divides a0 either
+            return None
         length = outs[k]
-        if out_dims is None or out_dims[k] >= 0:
-            ch = a0 // inner
-            if even:
-                pc = m * ch
-                if not length % pc:
-                    if type(length) is not int or type(pc) is not int:
-                        return k, length // pc, None  # symbolic: one state, its quotient
-                    return k, length // pc, (length - 1) // (pc - 1)
-            elif type(a0) is int and type(inner) is int and not last % inner:
-                pc = runs * ch + last // inner
-                if _piece(pc, m, inner) == a:
-                    if b is None:
-                        if not length % pc:
-                            if type(length) is not int:
-                                return k, length // pc, None  # symbolic: one state
-                            return k, length // pc, (length - 1) // (pc - 1)
-                    elif type(length) is int and not b[0] % inner and not b[2] % inner:
-                        rem = b[1] * (b[0] // inner) + b[2] // inner
-                        if _piece(rem, m, inner) == b and length == full * pc + rem:
-                            lo, hi = -(-length // pc), (length - 1) // (pc - 1)
-                            # (no split factor may chunk the axis into pieces of pc rows)
-                            return (k, lo, hi) if lo <= hi else None
+        if (out_dims is None or out_dims[k] >= 0) and not last % inner:
+            pc = runs * (a0 // inner) + last // inner
+            if _piece(pc, m, inner) == a:
+                if b is None:
+                    if not length % pc:
+                        if type(length) is not int:
+                            return k, length // pc, None  # symbolic: one state
+                        return k, length // pc, (length - 1) // (pc - 1)
+                elif type(length) is int and not b[0] % inner and not b[2] % inner:
+                    rem = b[1] * (b[0] // inner) + b[2] // inner
+                    if _piece(rem, m, inner) == b and length == full * pc + rem:
+                        lo, hi = -(-length // pc), (length - 1) // (pc - 1)
+                        # (no split factor may chunk the axis into pieces of pc rows)
+                        return (k, lo, hi) if lo <= hi else None
+        if type(length) is not int:
+            return None
         inner = inner * length
     return None
 
@@ -229,17 +295,19 @@ def _place_one(group: Group, state: State, ax: int, sf: Any, m: int) -> Any:
     ins, outs, empty = state
     if empty:
         return None
+    length = ins[ax]
     inner: Size = 1
     for x in ins[ax + 1 :]:
         inner = inner * x
-    r = root(ins[ax], sf, m, inner)
+    q = sf * m
+    if not length % q:  # even: the gpu sub-mode m:s of the flat index, s = ch*inner
+        hit = _locate_even(length // q * inner, m, group.out_dims, outs)
+        return Fail("straddle", group, state) if hit is None else hit
+    r = root(length, sf, m, inner)
     if r is CONST:
         return CONST
     hit = _locate(r, m, group.out_dims, outs)
-    if hit is None:
-        even = r[2] is None and r[0][1] == m and r[0][2] == 0
-        return Fail("straddle" if even else "uneven", group, state)
-    return hit
+    return Fail("uneven", group, state) if hit is None else hit
 
 
 def place(
@@ -299,29 +367,20 @@ def _const_axis(group: Group, d: int, states: list[State], hits: list[Any]) -> i
     one where it reads back as a plain ``Shard`` (a length of at most 1 wherever rank 0 holds
     it all), the home axis first; else the home axis (as a ``_StridedShard`` whose pieces are
     single rows)."""
-    home = _home_axis(group, d)
-    n = len(group.out_sizes)
-
-    def plain(k: int) -> bool:
-        if group.out_dims is not None and group.out_dims[k] < 0:
-            return False
-        for i, hit in enumerate(hits):
-            length = states[i][1][k]
-            if hit is CONST and (type(length) is not int or length > 1):
-                return False
-        return True
-
-    if home >= 0 and plain(home):
+    home = group.home_axis(d)
+    held = [states[i][1] for i, hit in enumerate(hits) if hit is CONST]
+    if not held:
         return home
-    for k in range(n):
-        if plain(k) and any(hit is CONST for hit in hits):
+    out_dims = group.out_dims
+    for k in (home, *range(len(group.out_sizes))):
+        if k < 0 or (out_dims is not None and out_dims[k] < 0):
+            continue
+        for outs in held:
+            if type(outs[k]) is not int or outs[k] > 1:
+                break
+        else:
             return k
     return home
-
-
-def _home_axis(group: Group, d: int) -> int:
-    o = group.home.get(d, -1)
-    return -1 if o < 0 else group.out_axis(o)
 
 
 def split_states(states: list[State], ax: int, sf: Any, k: int, sf_out: Any, m: int) -> list[State]:
@@ -339,20 +398,20 @@ def split_states(states: list[State], ax: int, sf: Any, k: int, sf_out: Any, m: 
             continue
         if type(length) is not int or type(length_out) is not int:
             raise _Symbolic  # ranks of a symbolic size with unequal shares
-        seen = set()
-        for c in range(m):
-            a = chunk_len(length, sf, m, c)
-            b = chunk_len(length_out, sf_out, m, c)
-            if (a, b) not in seen:
-                seen.add((a, b))
-                new_in = ins.copy()
-                new_out = outs.copy()
-                new_in[ax] = a
-                new_out[k] = b
-                out.append((new_in, new_out, empty or a == 0))
-    if len(out) > 1 and all(type(x) is int for s in out for x in s[0]):
-        unique: dict[tuple[Any, ...], State] = {}
-        for st in out:
-            unique.setdefault((tuple(st[0]), tuple(st[1]), st[2]), st)
-        out = list(unique.values())
+        for a, b in dict.fromkeys(
+            zip(chunk_lens(length, sf, m), chunk_lens(length_out, sf_out, m), strict=True)
+        ):
+            new_in = ins.copy()
+            new_out = outs.copy()
+            new_in[ax] = a
+            new_out[k] = b
+            out.append((new_in, new_out, empty or a == 0))
+    if len(out) > len(states) > 1:  # states of distinct pasts may now be alike
+        try:
+            unique: dict[tuple[Any, ...], State] = {}
+            for st in out:
+                unique.setdefault((tuple(st[0]), tuple(st[1]), st[2]), st)
+            out = list(unique.values())
+        except TypeError:  # symbolic sizes are not hashable: keep them all
+            pass
     return out

@@ -115,7 +115,7 @@ def reason(fail: Fail, mesh_dim: int, dim: int, sf: Any, size: int, pair: int) -
     ch = -(-pc // size)
     piece = f"{length}" if sf == 1 else f"{pc} (a piece of the split factor {sf})"
     held = f"[0, {ch * inner})"
-    o = _home_axis(group, dim)
+    o = group.home_axis(dim)
     given = ""
     if o >= 0 and type(outs[o]) is int:
         j = 1
@@ -135,11 +135,6 @@ def reason(fail: Fail, mesh_dim: int, dim: int, sf: Any, size: int, pair: int) -
 
 def _rows(n: Any) -> str:
     return "1 row" if n == 1 else f"{n} rows"
-
-
-def _home_axis(group: Any, dim: int) -> int:
-    o = group.home.get(dim, -1)
-    return -1 if o < 0 else group.out_axis(o)
 
 
 def _spanned(group: Any, outs: tuple[Any, ...], s: Any, size: int) -> str:

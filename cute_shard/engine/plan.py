@@ -76,48 +76,17 @@ class Reading:
 
 class Plan:
     """``readings``: the readings an answer must hold in (one, unless the rule's op is not
-    known); ``out_shape``: the output sizes; ``home.get(d, -1)``: input dim d's first output
-    dim, or a dropped dim's neighbour's (where a size-1 mesh dim's shard reads back);
-    ``pair``: the (real, imag) input dim of a view_as_complex reading, or -1."""
+    known); ``out_shape``: the output sizes; ``pair``: the (real, imag) input dim of a
+    view_as_complex reading, or -1."""
 
-    __slots__ = ("home", "out_shape", "pair", "readings")
+    __slots__ = ("out_shape", "pair", "readings")
 
     def __init__(
-        self, readings: tuple[Reading, ...], out_shape: tuple[Size, ...], home: Any, pair: int
+        self, readings: tuple[Reading, ...], out_shape: tuple[Size, ...], pair: int
     ) -> None:
         self.readings = readings
         self.out_shape = out_shape
-        self.home = home
         self.pair = pair
-
-
-class _Homes:
-    """Each input dim's home output dim, worked out from ``used`` when first asked."""
-
-    __slots__ = ("_home", "used")
-
-    def __init__(self, used: list[int]) -> None:
-        self.used = used
-        self._home: dict[int, int] | None = None
-
-    def get(self, d: int, default: int = -1) -> int:
-        if self._home is None:
-            used = self.used
-            home = {d: o for d, o in enumerate(used) if o >= 0}
-            nxt = -1  # a dropped dim's home is the next kept dim's (the flat index puts it there)
-            for x in range(len(used) - 1, -1, -1):
-                if x in home:
-                    nxt = home[x]
-                elif nxt >= 0:
-                    home[x] = nxt
-            prev = -1
-            for x in range(len(used)):
-                if x in home:
-                    prev = home[x]
-                elif prev >= 0:
-                    home[x] = prev
-            self._home = home
-        return self._home.get(d, default)
 
 
 def make_plan(
@@ -125,29 +94,37 @@ def make_plan(
 ) -> Plan:
     """Read ``rule`` for an input of ``shape`` (ValueError if they do not match). ``static``:
     every size is an int, else raise :class:`NotStatic` (symbolic sizes are planned as
-    ``symbolic.Sym`` values, with ``static`` False)."""
+    ``symbolic.Sym`` values, with ``static`` False).
+
+    A view rule from ``cute_shard.rules.view_groups`` records what its builder read, for the
+    shape it was built for (``ViewRule.out_shape`` and ``carry``): for that shape the plan is
+    taken from it as it is."""
+    if type(rule) is ViewRule and rule.shape == shape and static and complex_view is not True:
+        out = rule.out_shape
+        return Plan((Reading(rule.carry, {}, Group(shape, None, out, None, None)),), out, -1)
     ndim = len(shape)
     ints = True  # (symbolic sizes need the symbolic engine only where the plan computes)
     for n in shape:
         if type(n) is not int:
             ints = False
-    if ints and shape and min(shape) < 0:
+            break
+    if ints and ndim and min(shape) < 0:
         d = next(d for d, n in enumerate(shape) if n < 0)
         raise ValueError(f"input dim {d} has size {shape[d]}; sizes must be >= 0")
     used = [-1] * ndim  # each input dim's (first) output dim
     out: list[Size] = []
     carry: dict[int, int] = {}
-    splits: dict[tuple[int, ...], list[Any]] = {}  # source dims -> [sizes, pieces seen, first o]
+    splits: dict[tuple[int, ...], list[Any]] | None = None  # dims -> [sizes, pieces bitmask]
     last = -1  # the last input dim of the specs read so far, if they are in order
     in_order = True
     is_view = False  # a Flatten or a Split that keeps the size: only view-family ops
     plain = True  # only InputDim, Flatten, Split and Singleton
-    prev_split: tuple[tuple[int, ...], int] | None = None
+    prev: Any = None  # (dims, piece) of the last Split piece, if it was the last spec
     for o, spec in enumerate(rule):
         cls = type(spec)
         if cls is InputDim:
             d = spec.input_dim
-            if type(d) is not int or not 0 <= d < ndim or used[d] >= 0:
+            if d >= ndim or used[d] >= 0:
                 _bad_dim(d, ndim)
             used[d] = o
             carry[d] = o
@@ -155,7 +132,7 @@ def make_plan(
             if d <= last:
                 in_order = False
             last = d
-            prev_split = None
+            prev = None
         elif cls is Split:
             src = spec.input_dim
             dims = (src.input_dim,) if type(src) is InputDim else getattr(src, "dims", None)
@@ -165,23 +142,25 @@ def make_plan(
             j = spec.split_id
             if static and (not ints or type(sizes[j]) is not int):
                 raise NotStatic
+            if splits is None:
+                splits = {}
             entry = splits.get(dims)
             if entry is None:
                 for d in dims:
-                    if type(d) is not int or not 0 <= d < ndim or used[d] >= 0:
+                    if d >= ndim or used[d] >= 0:
                         _bad_dim(d, ndim)
                     used[d] = o
-                entry = splits[dims] = [sizes, set(), o]
-            if j in entry[1] or len(sizes) != len(entry[0]):
+                entry = splits[dims] = [sizes, 0]
+            if entry[1] >> j & 1 or len(sizes) != len(entry[0]):
                 raise ValueError(f"rule has piece {j} of {spec} twice, or pieces of two splits")
-            entry[1].add(j)
+            entry[1] |= 1 << j
             if j == 0:
                 if dims[0] <= last:
                     in_order = False
                 last = dims[-1]
-            elif prev_split != (dims, j - 1):
+            elif prev != (dims, j - 1):
                 in_order = False  # a view's pieces come in order (size-1 dims between)
-            prev_split = (dims, j)
+            prev = (dims, j)
             out.append(sizes[j])
         elif cls is Flatten:
             if static and not ints:
@@ -189,7 +168,7 @@ def make_plan(
             dims = spec.dims
             size: Size = 1
             for d in dims:
-                if type(d) is not int or not 0 <= d < ndim or used[d] >= 0:
+                if d >= ndim or used[d] >= 0:
                     _bad_dim(d, ndim)
                 used[d] = o
                 size = size * shape[d]
@@ -198,7 +177,7 @@ def make_plan(
                 in_order = False
             last = dims[-1]
             is_view = True
-            prev_split = None
+            prev = None
         elif cls is Singleton:
             out.append(1)
         else:
@@ -206,22 +185,34 @@ def make_plan(
                 raise NotStatic
             out.append(_special(spec, o, shape, used, static))
             plain = in_order = False
-    for d in range(ndim):
-        if used[d] < 0 and not _size_eq(shape[d], 1):
-            if d == ndim - 1 and ndim == 1 and not rule and _complex_op(rule, complex_view):
-                continue  # view_as_complex of a (2,) tensor: the pair is the only dim
-            raise ValueError(
-                f"rule drops input dim {d} of size {shape[d]}; only size-1 dims can disappear "
-                "(the rule does not match the shape)"
-            )
-    real = _check_splits(splits, shape)
-    if real:
-        plain = in_order = False
+    if -1 in used:
+        _check_dropped(rule, shape, used, complex_view)
+    if splits is not None:
+        if _check_splits(splits, shape):
+            plain = in_order = False  # view_as_real
+        else:
+            is_view = True  # a Split that keeps the size: only view-family ops
     if plain and in_order and not is_view:
         # InputDims and Singletons only: a view if it both drops and adds a dim (squeeze only
         # drops, unsqueeze only adds); otherwise every dim moves whole.
         is_view = len(out) > len(carry) and -1 in used
-    return _readings(rule, shape, complex_view, static, tuple(out), used, carry, in_order, is_view)
+    outs = tuple(out)
+    return _readings(rule, shape, complex_view, static, outs, carry, in_order, is_view, ints)
+
+
+def _check_dropped(
+    rule: Sequence[DimSpec], shape: tuple[Size, ...], used: list[int], cv: bool | None
+) -> None:
+    """Only size-1 dims may be dropped (and the (real, imag) pair of a (2,) tensor's
+    view_as_complex)."""
+    for d, o in enumerate(used):
+        if o < 0 and not _size_eq(shape[d], 1):
+            if len(shape) == 1 and not rule and _complex_op(rule, cv):
+                continue
+            raise ValueError(
+                f"rule drops input dim {d} of size {shape[d]}; only size-1 dims can disappear "
+                "(the rule does not match the shape)"
+            )
 
 
 def _readings(
@@ -230,35 +221,34 @@ def _readings(
     complex_view: bool | None,
     static: bool,
     out: tuple[Size, ...],
-    used: list[int],
     carry: dict[int, int],
     in_order: bool,
     is_view: bool,
+    ints: bool,
 ) -> Plan:
     """The plan's readings (see the module docstring)."""
-    home = _Homes(used)
     tag = type(rule)
     if _complex_op(rule, complex_view):
         pair = _complex_pair(rule, shape)
         if pair < 0:
             if len(shape) == 1 and not rule:
-                return Plan((Reading({}, {}),), (), home, 0)
+                return Plan((Reading({}, {}),), (), 0)
             raise ValueError(
                 f"rule {_fmt(rule)} is not view_as_complex's for shape {shape}: its last output "
                 "dim must flatten the last two input dims, the last of size 2"
             )
-        return Plan((_groups(rule, shape, out, carry, pair),), out, home, pair)
+        return Plan((_groups(rule, shape, out, carry, pair),), out, pair)
     if (tag is ViewRule or is_view) and in_order and static:
-        if not all(type(n) is int for n in shape):
+        if not ints:
             raise NotStatic
-        first = Reading(carry, {}, Group(shape, None, out, None, home))
+        first = Reading(carry, {}, Group(shape, None, out, None, None))
     else:
         first = _groups(rule, shape, out, carry, -1)
     pair = -1 if tag is ViewRule or complex_view is False else _complex_pair(rule, shape)
     if pair < 0:
-        return Plan((first,), out, home, -1)
+        return Plan((first,), out, -1)
     # a flatten of a trailing (n, 2) pair, by an op not known: a view, or view_as_complex
-    return Plan((first, _groups(rule, shape, out, carry, pair)), out, home, pair)
+    return Plan((first, _groups(rule, shape, out, carry, pair)), out, pair)
 
 
 def _complex_op(rule: Sequence[DimSpec], complex_view: bool | None) -> bool:
@@ -318,11 +308,12 @@ def _check_splits(splits: dict[tuple[int, ...], list[Any]], shape: tuple[Size, .
     """Check every Split group is whole and multiplies out; True if one is view_as_real's
     (``(n,)`` complex as ``(n, 2)`` reals)."""
     real = False
-    for dims, (sizes, seen, _) in splits.items():
-        if len(seen) != len(sizes):
+    for dims, (sizes, seen) in splits.items():
+        if seen != (1 << len(sizes)) - 1:
+            have = [j for j in range(len(sizes)) if seen >> j & 1]
             raise ValueError(
                 f"rule splits input dims {list(dims)} into {len(sizes)} pieces but has pieces "
-                f"{sorted(seen)}: every piece of a Split must be an output dim"
+                f"{have}: every piece of a Split must be an output dim"
             )
         total: Size = 1
         for d in dims:
@@ -365,6 +356,8 @@ def _groups(
             axis = {d: i for i, d in enumerate(dims)}
             if dims[-1] == pair:  # complex elements: the (real, imag) pair is inside them
                 g = Group(sizes, axis, (sizes[0], 2), (o, -1), {dims[0]: o})
+                group_of[dims[0]] = g  # (the pair itself no output dim may shard)
+                continue
             else:
                 g = Group(sizes, axis, (out[o],), (o,), dict.fromkeys(dims, o))
         elif cls is Split:

@@ -147,16 +147,14 @@ def solve(
         sf_out = hit[1] if hit[3] is None else hit[3]
         out[m] = (found, sf_out)
         for reading in readings:
-            group = reading.group(d)
+            group = reading.view or reading.group_of.get(d)
             if group is None:
                 continue
-            step = (
-                d if group.axis is None else group.axis[d],
-                sf,
-                group.out_axis(found),
-                sf_out,
-                size,
-            )
+            if group.axis is None:
+                step = (d, sf, found, sf_out, size)
+            else:
+                step = (group.axis[d], sf, group.out_dims.index(found), sf_out, size)
+
             if group in states:
                 st = states[group]
                 if st is not None:
@@ -177,15 +175,9 @@ def _decide(
     """In one reading: ``(output dim, lo, hi, fixed)`` (``fixed``: a carried dim's own split
     factor, else None) or a Fail."""
     o = reading.carry.get(d)
-    group = reading.group(d)
-    if o is not None:  # the dim moves whole: its placement carries verbatim, unless it is a
-        # _StridedShard that gives rank 0 the whole dim, placed like any other (it may then
-        # read back as a plain Shard of a size-1 dim)
-        if group is None or type(sf) is not int or sf == 1:
-            return o, sf, sf, sf
-        n = group.in_sizes[d if group.axis is None else group.axis[d]]
-        if type(n) is not int or n > sf:
-            return o, sf, sf, sf
+    if o is not None:  # the dim moves whole: its placement carries verbatim
+        return o, sf, sf, sf
+    group = reading.view or reading.group_of.get(d)
     if group is None:
         return Fail("nowhere")
     if group in states:
@@ -231,10 +223,11 @@ def _unit(plan: Plan, d: int, sf: Any) -> MeshPlacement:
     carried = reading.carry.get(d)
     if carried is not None:
         return (carried, sf)
-    home = plan.home.get(d, -1)
-    if reading.group(d) is not None and home >= 0:
-        return (home, 1)
-    return None  # a dim the view drops
+    group = reading.view or reading.group_of.get(d)
+    if group is None:
+        return None  # a dim the view drops
+    k = group.home_axis(d)
+    return None if k < 0 else (group.out_dim(k), 1)
 
 
 def parse_placements(
@@ -252,17 +245,20 @@ def parse_placements(
         size = mesh[m]
         if type(size) is not int or size < 1:
             raise ValueError(f"mesh dim {m} has size {size!r}; mesh sizes must be ints >= 1")
-        kind = type(p)
         # type() first: isinstance on torch's placements goes through a slow metaclass hook
-        if kind is Replicate:
-            out.append(None)
-            continue
+        kind = type(p)
         if kind is Shard:
             sf: Any = 1
-        elif kind is _StridedShard or isinstance(p, _StridedShard):
-            sf = p.split_factor  # type: ignore[union-attr]
-            if type(sf) is int and sf < 1:
-                raise ValueError(f"mesh dim {m}: _StridedShard split_factor must be >= 1, got {sf}")
+        elif kind is Replicate:
+            out.append(None)
+            continue
+        elif kind is _StridedShard:
+            sf = p.split_factor
+        elif kind is Partial:
+            out.append(p)
+            continue
+        elif isinstance(p, _StridedShard):
+            sf = p.split_factor
         elif isinstance(p, Shard):
             sf = 1
         elif isinstance(p, Partial):
@@ -273,13 +269,17 @@ def parse_placements(
             continue
         else:
             raise ValueError(f"mesh dim {m}: unsupported placement {p!r}")
+        if type(sf) is int and sf < 1:
+            raise ValueError(f"mesh dim {m}: _StridedShard split_factor must be >= 1, got {sf}")
         dim = p.dim  # type: ignore[union-attr]
-        if not -ndim <= dim < ndim:
-            raise ValueError(
-                f"mesh dim {m} shards tensor dim {dim}, out of range for a tensor of "
-                f"{ndim} dims (expected -{ndim} <= dim < {ndim})"
-            )
-        out.append((dim % ndim, sf))
+        if dim < 0 or dim >= ndim:
+            if not -ndim <= dim < ndim:
+                raise ValueError(
+                    f"mesh dim {m} shards tensor dim {dim}, out of range for a tensor of "
+                    f"{ndim} dims (expected -{ndim} <= dim < {ndim})"
+                )
+            dim += ndim
+        out.append((dim, sf))
     return tuple(out)
 
 

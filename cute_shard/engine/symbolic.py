@@ -84,7 +84,7 @@ def _unknown(
     """Nothing can be evaluated: every mesh dim moves, but those whose tensor dim the rule
     moves whole (their placement carries verbatim, whatever the sizes)."""
     carry = {spec.input_dim: o for o, spec in enumerate(rule) if type(spec) is InputDim}
-    plan = Plan((Reading(carry, {}),), (), {}, -1)
+    plan = Plan((Reading(carry, {}),), (), -1)
     out: list[Any] = []
     fails: list[tuple[int, int, Fail]] = []
     for m, p in enumerate(norm):

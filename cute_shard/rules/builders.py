@@ -269,6 +269,7 @@ def _view_groups_int(from_shape: tuple[int, ...], to_shape: tuple[int, ...]) -> 
         return _view_rule(_view_groups_empty(from_shape, to))
     out: list[DimSpec] = []
     append = out.append
+    carry: dict[int, int] = {}  # input dims moved whole: their output dim
     dtab = _INPUT_DIMS
     nf = len(from_shape)
     nt = len(to)
@@ -307,7 +308,9 @@ def _view_groups_int(from_shape: tuple[int, ...], to_shape: tuple[int, ...]) -> 
         src: DimSpec
         if fi - f0 == 1:
             src = dtab[f0] if f0 < 64 else InputDim(f0)
+            whole = True
         else:
+            whole = False
             src = _FLATTENS.get((f0, fi))  # type: ignore[assignment]
             if src is None:
                 src = _flatten_raw(
@@ -315,6 +318,8 @@ def _view_groups_int(from_shape: tuple[int, ...], to_shape: tuple[int, ...]) -> 
                     tuple(range(f0, fi)),
                 )
         if ti - t0 == 1:
+            if whole:
+                carry[f0] = len(out)
             append(src)
             continue
         # Split.new(src, group, k) for every piece, with the size-1-free group computed once.
@@ -322,6 +327,8 @@ def _view_groups_int(from_shape: tuple[int, ...], to_shape: tuple[int, ...]) -> 
         kept = tuple([s for s in group if s != 1])
         if len(kept) == 1:
             for s in group:
+                if s != 1 and whole:
+                    carry[f0] = len(out)
                 append(SINGLETON if s == 1 else src)
             continue
         k = 0
@@ -331,7 +338,7 @@ def _view_groups_int(from_shape: tuple[int, ...], to_shape: tuple[int, ...]) -> 
             else:
                 append(_split_raw(src, kept, k))
                 k += 1
-    return _view_rule(out)
+    return _view_rule(out, from_shape, to, carry)
 
 
 def _view_groups_empty(from_shape: tuple[Size, ...], to: tuple[Size, ...]) -> list[DimSpec]:

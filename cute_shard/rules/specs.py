@@ -415,12 +415,24 @@ class ViewRule(tuple):  # type: ignore[type-arg]
     ``(n, 2)`` is ``view_as_complex``'s), whose local op treats empty ranks and complex
     elements differently; a propagator given a ``ViewRule`` knows the local op is a view.
 
+    A rule the int builder made also records what it read while making it, for the input
+    shape it was made for (``shape``; None when not recorded): ``out_shape``, the size of each
+    output dim, and ``carry``, the output dim of each input dim the rule moves whole (an
+    ``InputDim``). A propagator may use them for that shape only. Read-only: rules are cached
+    and shared.
+
+    Post: ``out_shape[o]`` is output dim o's size under ``shape``; ``carry[d] == o`` exactly
+    when ``rule[o] == InputDim(d)``.
+
     >>> from cute_shard.rules import view_groups
-    >>> type(view_groups((1, 4), (4,))).__name__
-    'ViewRule'
+    >>> rule = view_groups((8, 16, 32), (128, 32))
+    >>> type(rule).__name__, rule.out_shape, rule.carry
+    ('ViewRule', (128, 32), {2: 1})
     """
 
-    __slots__ = ()
+    shape: tuple[int, ...] | None = None
+    out_shape: tuple[int, ...] | None = None
+    carry: dict[int, int] | None = None
 
 
 class ComplexRule(tuple):  # type: ignore[type-arg]
@@ -430,8 +442,18 @@ class ComplexRule(tuple):  # type: ignore[type-arg]
     __slots__ = ()
 
 
-def _view_rule(specs: list[DimSpec]) -> ViewRule:
-    return tuple.__new__(ViewRule, specs)
+def _view_rule(
+    specs: list[DimSpec],
+    shape: tuple[int, ...] | None = None,
+    out_shape: tuple[int, ...] | None = None,
+    carry: dict[int, int] | None = None,
+) -> ViewRule:
+    r = tuple.__new__(ViewRule, specs)
+    if shape is not None:
+        r.shape = shape
+        r.out_shape = out_shape
+        r.carry = carry
+    return r
 
 
 def format_rule(rule: Iterable[DimSpec]) -> str:

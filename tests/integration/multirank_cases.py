@@ -638,11 +638,20 @@ def _check_backward(case: Case, op: Op, mesh: DeviceMesh, g: torch.Tensor) -> st
     """The input's gradient through the op equals plain torch's, for the loss
     ``(op(x) * w).sum()``. Each rank weights its own local output (the output's pending
     Partials read as Replicate), so only the op's own backward communicates."""
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec
+
     x = _input(case, mesh, g).requires_grad_()
     out = op.fn(x, *case.args)
     w = oracle.identifiable_tensor(tuple(out.shape), g.dtype) + 1
     local_w = oracle.local_shard(w, tuple(out.placements), case.mesh, mesh.get_coordinate())
     reduced = tuple(Rep if isinstance(p, Partial) else p for p in out.placements)
+    if any(isinstance(p, _StridedShard) for p in reduced) and (
+        DTensorSpec._maybe_convert_StridedShard_to_shard_order(reduced, mesh) is None
+    ):
+        # to_local(grad_placements=...) makes the gradient's spec read its _StridedShards as
+        # a shard order, which these placements cannot encode: torch 2.13 then redistributes
+        # the gradient wrongly (the bug test_torch_2_13.py pins), whichever propagator ran.
+        return ""
     (out.to_local(grad_placements=reduced) * local_w).sum().backward()
     plain = g.clone().requires_grad_()
     (op.fn(plain, *case.args) * w).sum().backward()
