@@ -6,29 +6,28 @@ cost of a DTensor cache miss. The integration computes them here instead, from t
 global shape and stride and the op's arguments, with torch's conventions (the ones its meta
 kernels follow, checked against the fake run in ``property_tests/test_integration_meta.py``):
 
-- ``view``/``reshape``: the shape with one ``-1`` inferred; the strides as torch's
-  ``computeStride`` gives them: the input is cut into chunks of dims that are contiguous with
-  each other (a size-1 dim never ends a chunk), each chunk must be covered by whole output
-  dims, and an output dim gets the stride of the elements after it in its chunk. A size-1
-  output dim takes the stride the dim after it would have. No such cut: not a view.
-  ``reshape`` then copies to a contiguous tensor.
+- ``view``/``_unsafe_view``: the shape with one ``-1`` inferred; the strides as the fake run
+  gives them (``refs_view_stride``: output dims built left to right by keeping, merging and
+  splitting input dims). ``reshape``: a view where the real kernel's rule (``view_stride``:
+  the input cut into chunks of mutually contiguous dims, each covered by whole output dims)
+  allows one, else a contiguous copy viewed. The two rules differ only around size-1 dims.
 - ``permute``/``transpose``: shape and stride permuted.
 - ``expand``: a dim that grows from 1 (or a new leading dim of size > 1) gets stride 0; a new
   leading dim of size 1 gets the stride of a dim just outside the one after it.
 - ``squeeze``: size-1 dims dropped; ``unsqueeze(d)``: a size-1 dim whose stride is that of
   the dim it precedes times that dim's size (1 at the end).
 - ``view_as_real``: a trailing (2,):(1,) and every stride doubled; ``view_as_complex``: the
-  inverse, only for a trailing (2,):(1,) and even strides.
-- copies (``repeat``, ``view_copy``, ``expand_copy``): contiguous strides.
+  inverse, only for a trailing (2,):(1,) and even strides (where the size is not 1).
+- copies (``repeat``, ``view_copy``): contiguous strides.
 
 Every function returns ``(shape, stride)`` as tuples of ints, or None where torch would raise
 (an illegal argument, a view the strides do not allow), so the caller can let torch's own
 path raise torch's own error. Shapes and strides are row-major, as torch's.
 
-Worked example: ``x.view(4, 2, 3)`` of a (2, 4, 3) tensor transposed from (4, 2, 3), i.e.
-strides (3, 6, 1): dims 0 and 1 are not contiguous with each other ((3 != 4 * 6)), so the
-chunks are {0} and {1, 2}; the output's (4,) cannot cover the chunk (2,), so it is not a view
-(None), while ``x.view(2, 2, 2, 3)`` gives strides (3, 12, 6, 1).
+Worked example: a (2, 4, 3) tensor with strides (3, 6, 1) (dims 0 and 1 of a contiguous
+(4, 2, 3) swapped). Dims 0 and 1 are not contiguous with each other (3 != 4 * 6), so
+``view(8, 3)`` would have to merge them: no view (None). ``view(2, 2, 2, 3)`` splits dim 1
+(size 4, stride 6) into (2, 2) with strides (12, 6): strides (3, 12, 6, 1).
 
 Also here: ``local_size``, the size a tensor dim has on one rank after the mesh dims that
 shard it, with DTensor's chunking rules (torch.chunk sizes; a ``_StridedShard`` chunks each
