@@ -5,6 +5,8 @@
     python -m bench --suite propagate --families reshape,strided --rounds 41
     python -m bench --profile reshape        # cProfile of cold cute_shard calls, top 15
     python -m bench --suite mix              # the random mix: total, tail and worst view
+    python -m bench attention                # the attention block; its profile:
+    python -m bench.attention_bench --profile
 
 The propagate suite also writes bench/results/propagate.png when matplotlib is installed.
 """
@@ -17,11 +19,12 @@ import pathlib
 import platform
 import time
 from collections.abc import Callable
+from dataclasses import asdict
 from typing import Any
 
 import torch
 
-from . import layout_bench, mix_bench, propagate_bench
+from . import attention_bench, layout_bench, mix_bench, propagate_bench
 from .propagate_cases import FAMILIES
 
 RESULTS = pathlib.Path(__file__).parent / "results"
@@ -46,10 +49,16 @@ def _mix(args: argparse.Namespace) -> dict[str, Any]:
     return mix_bench.run(n=300, rounds=args.rounds or 15)
 
 
+def _attention(args: argparse.Namespace) -> dict[str, Any]:
+    rows = attention_bench.run(rounds=args.rounds or (1 if args.quick else 5), steps=3)
+    return {"rows": [asdict(r) for r in rows]}
+
+
 SUITES: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {
     "layout": _layout,
     "propagate": _propagate,
     "mix": _mix,
+    "attention": _attention,
 }
 
 

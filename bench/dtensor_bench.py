@@ -4,14 +4,17 @@ A fake process group (``torch.testing._internal.distributed.fake_pg``) of 8 rank
 DeviceMeshes of shape (8,), (2, 4) and (2, 2, 2) without any communication. Each case is a
 DTensor (``DTensor.from_local`` of a small local tensor) and a view-op method call on it
 (``view``, ``reshape``, ``flatten``, ``unflatten``, ``permute``, ``transpose``, ``movedim``,
-``unsqueeze``, ``squeeze``, ``expand``). The whole ``x.op(...)`` call is timed, in three cells:
+``unsqueeze``, ``squeeze``, ``expand``). The whole ``x.op(...)`` call is timed, in these cells:
 
-- **hit**: the op was called once before, so DTensor's sharding-propagation caches answer;
-  with install() this must stay within noise of torch. The reshape family (reshape, flatten,
-  unflatten) pays the MayCopy kernel's round trip through Python here.
-- **hit, no may-copy**: the same with ``install(reshape_may_copy=False)`` (no kernels).
+- **hit**: the op was called before, so DTensor's sharding-propagation caches answer; with
+  install() this must stay within noise of torch. Split into the reshape family (reshape,
+  flatten, unflatten: install() sets them as DTensor methods, a Python frame per call) and
+  the other view ops, and the reshape family once more with
+  ``install(reshape_may_copy="dispatcher")`` (a dispatcher kernel's round trip per call).
 - **miss**: DTensor's caches (the C++ fast-path one, the Python one and the tensor-meta one)
-  and cute_shard's are emptied before every call, as a new shape would find them.
+  and cute_shard's are emptied before every call, as a new shape would find them. Every call
+  is timed in every round; besides the x of the mean call, the geomean and the arithmetic
+  mean over calls of each call's x (its median µs over rounds, torch's over ours).
 
 Sides: "torch" runs with ``cute_shard.uninstall()``, "cute_shard" with ``cute_shard.install()``;
 the switch happens between rounds, outside the timing. Without ``cute_shard.install`` (the
@@ -21,6 +24,7 @@ integration is not written yet) the family is skipped with a note.
 from __future__ import annotations
 
 import random
+import statistics
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -52,7 +56,9 @@ class E2ERow:
     cases: int
     cute_shard_us: float
     torch_us: float
-    speedup: float
+    speedup: float  # of the mean call
+    case_geomean: float | None = None  # misses: over calls, of each call's x
+    case_mean: float | None = None
 
 
 def unavailable() -> str | None:
@@ -170,22 +176,24 @@ def _call(op: Op) -> Call:
 # Screening and timing
 
 
-def screen(ops: Sequence[Op], may_copy: bool = True) -> tuple[list[Op], dict[str, int]]:
+def screen(ops: Sequence[Op], may_copy: str = "methods") -> tuple[list[Op], dict[str, int]]:
     """The ops both sides dispatch, with install()ed answers equal cold and from the cache
     (``may_copy``: install's ``reshape_may_copy``)."""
     counts = {"cases": len(ops), "cute_shard_raised": 0, "torch_raised": 0, "inconsistent": 0}
     kept = []
     for op in ops:
-        fn, args = _call(op)
+        # A method is looked up after each switch: install() sets the reshape family's.
         cute_shard.uninstall()
         clear_all()
+        fn, args = _call(op)
         try:
             fn(*args)
         except Exception:
             counts["torch_raised"] += 1
             continue
-        cute_shard.install(reshape_may_copy=may_copy)
+        cute_shard.install(reshape_may_copy=may_copy)  # type: ignore[arg-type]
         clear_all()
+        fn, args = _call(op)
         try:
             cold = fn(*args).placements
             hit = fn(*args).placements
@@ -200,36 +208,76 @@ def screen(ops: Sequence[Op], may_copy: bool = True) -> tuple[list[Op], dict[str
     return kept, counts
 
 
-# The cells: (name, how install() is called for cute_shard's side). "hit, no may-copy" is a
-# hit with install(reshape_may_copy=False): the reshape family without the MayCopy kernels.
-CELLS = (("hit", True), ("hit, no may-copy", False), ("miss", True))
+# The reshape family: CompositeImplicitAutograd view ops that may copy. install() sets them as
+# DTensor methods (reshape_may_copy="methods", the default) or catches them with dispatcher
+# kernels ("dispatcher"); every other op here is unchanged by either.
+RESHAPE_FAMILY = ("reshape", "flatten", "unflatten")
+
+# The cells: (name, which ops, install()'s reshape_may_copy for cute_shard's side).
+CELLS = (
+    ("hit", "all", "methods"),
+    ("hit, other view ops", "others", "methods"),
+    ("hit, reshape family", "reshape family", "methods"),
+    ("hit, reshape family, dispatcher", "reshape family", "dispatcher"),
+    ("miss", "all", "methods"),
+)
+
+
+def _subset(ops: Sequence[Op], which: str) -> list[Op]:
+    if which == "all":
+        return list(ops)
+    family = which == "reshape family"
+    return [op for op in ops if (op[1] in RESHAPE_FAMILY) == family]
 
 
 def _measure(
-    installed: bool, ops: Sequence[Op], cell: str, batch: int, passes: int, may_copy: bool = True
+    installed: bool,
+    ops: Sequence[Op],
+    cell: str,
+    batch: int,
+    passes: int,
+    may_copy: str = "methods",
+    per_case: list[list[float]] | None = None,
 ) -> Callable[[int], float]:
+    """A measure for ``interleave``. Hits: ``batch`` calls per round, warm, in ``passes``
+    passes. Misses: every call once per round, each after emptying every cache; each call's
+    µs is also appended to ``per_case`` (one list per round)."""
+
     def measure(r: int) -> float:
         if installed:
-            cute_shard.install(reshape_may_copy=may_copy)
+            cute_shard.install(reshape_may_copy=may_copy)  # type: ignore[arg-type]
         else:
             cute_shard.uninstall()
+        if cell == "miss":
+            calls = [_call(op) for op in ops]
+            times = [time_each([call], clear_all) for call in calls]
+            if per_case is not None:
+                per_case.append(times)
+            return sum(times) / len(times)
         start = (r * batch) % len(ops)
         calls = [_call(ops[(start + i) % len(ops)]) for i in range(min(batch, len(ops)))]
-        if cell == "miss":
-            return time_each(calls, clear_all)
         clear_all()
-        for fn, args in calls:
-            fn(*args)
+        for _ in range(2):  # the first pass misses; the second settles what the misses left
+            for fn, args in calls:
+                fn(*args)
         return time_loop(calls, passes)
 
     return measure
 
 
+def _case_ratios(ours: list[list[float]], theirs: list[list[float]]) -> list[float]:
+    """Per call: the median over rounds of torch's µs over the median of cute_shard's."""
+    return [
+        speedup(statistics.median(t), statistics.median(o))
+        for o, t in zip(zip(*ours, strict=True), zip(*theirs, strict=True), strict=True)
+    ]
+
+
 def run(rounds: int, n_cases: int, batch: int, passes: int) -> list[E2ERow]:
     """Run the family, print its table and return its rows (empty, with a note, if skipped).
 
-    ``n_cases`` view-op calls per mesh; each side times ``batch`` of them per round (warm: in
-    ``passes`` passes).
+    ``n_cases`` view-op calls per mesh; each side times ``batch`` of them per round for a hit
+    (warm: in ``passes`` passes), every one for a miss.
     """
     reason = unavailable()
     if reason:
@@ -242,22 +290,37 @@ def run(rounds: int, n_cases: int, batch: int, passes: int) -> list[E2ERow]:
             for rank, shape in MESH_SHAPES.items():
                 mesh = init_device_mesh("cpu", shape)
                 ops, screens[f"{rank}-D"] = screen(make_ops(mesh, n_cases))
-                if not ops:
-                    continue
-                no_copy_ops = screen(ops, may_copy=False)[0]
-                for cell, may_copy in CELLS:
-                    cell_ops = ops if may_copy else no_copy_ops
+                dispatcher_ops = screen(ops, may_copy="dispatcher")[0]
+                for cell, which, may_copy in CELLS:
+                    cell_ops = _subset(dispatcher_ops if may_copy == "dispatcher" else ops, which)
                     if not cell_ops:
                         continue
+                    samples: dict[str, list[list[float]]] = {"cute_shard": [], "torch": []}
                     t = interleave(
                         {
-                            "cute_shard": _measure(True, cell_ops, cell, batch, passes, may_copy),
-                            "torch": _measure(False, cell_ops, cell, batch, passes),
+                            "cute_shard": _measure(
+                                True, cell_ops, cell, batch, passes, may_copy, samples["cute_shard"]
+                            ),
+                            "torch": _measure(
+                                False, cell_ops, cell, batch, passes, per_case=samples["torch"]
+                            ),
                         },
                         rounds,
                     )
                     o, th = t["cute_shard"].median_us, t["torch"].median_us
-                    rows.append(E2ERow(f"{rank}-D", cell, len(cell_ops), o, th, speedup(th, o)))
+                    ratios = _case_ratios(samples["cute_shard"], samples["torch"])
+                    rows.append(
+                        E2ERow(
+                            f"{rank}-D",
+                            cell,
+                            len(cell_ops),
+                            o,
+                            th,
+                            speedup(th, o),
+                            geomean(ratios) if ratios else None,
+                            statistics.mean(ratios) if ratios else None,
+                        )
+                    )
                 print(f"  dtensor {rank}-D: {screens[f'{rank}-D']}", file=sys.stderr, flush=True)
     finally:
         cute_shard.uninstall()
@@ -266,16 +329,25 @@ def run(rounds: int, n_cases: int, batch: int, passes: int) -> list[E2ERow]:
 
 
 def format_table(rows: Sequence[E2ERow], rounds: int, screens: dict[str, dict[str, int]]) -> str:
+    def x(v: float | None) -> str:
+        return "" if v is None else f"{v:.2f}x"
+
     body: list[list[object]] = [
-        [r.mesh, r.cell, r.cases, r.cute_shard_us, r.torch_us, f"{r.speedup:.2f}x"] for r in rows
+        [r.mesh, r.cell, r.cases, r.cute_shard_us, r.torch_us]
+        + [x(v) for v in (r.speedup, r.case_geomean, r.case_mean)]
+        for r in rows
     ]
-    for cell, _ in CELLS:
+    for cell, _, _ in CELLS:
         g = geomean([r.speedup for r in rows if r.cell == cell])
-        body.append(["geomean", cell, "", "", "", f"{g:.2f}x"])
+        body.append(["geomean", cell, "", "", "", f"{g:.2f}x", "", ""])
     out = [
         f"\ndtensor end-to-end ({WORLD}-rank fake process group): median of {rounds} rounds, "
-        "µs per view-op call (x = torch µs / cute_shard µs)",
-        table(body, ["mesh", "cache", "cases", "cute_shard µs", "torch µs", "x"]),
+        "µs per view-op call (x = torch µs / cute_shard µs, of the mean call; for a miss also "
+        "the geomean and arithmetic mean over calls of each call's x)",
+        table(
+            body,
+            ["mesh", "cache", "cases", "cute_shard µs", "torch µs", "x", "x geomean", "x mean"],
+        ),
     ]
     for mesh, c in screens.items():
         if c["cute_shard_raised"] or c["torch_raised"] or c["inconsistent"]:

@@ -1,23 +1,42 @@
 """DTensor integration: ``install()`` makes DTensor propagate every view op with cute_shard.
 
-DTensor's ``ShardingPropagator`` keeps one strategy function per aten overload. torch 2.13
-registers its view ops in ``torch.distributed.tensor._ops._view_ops``: most through
-``register_op_strategy_map`` (a closure over torch's ``dim_map`` builder and a ``strict_view``
-flag), and ``view_as_complex`` as a single-mesh-dim strategy. ``install()`` finds every one of
-them in the propagator's registry (``torch_view_ops``), saves the originals and registers a
-``ViewStrategy`` in their place. ``uninstall()`` puts the saved objects back, so torch's own
-functions are registered again (the same objects). Both clear DTensor's sharding-propagation
-caches (the Python LRU cache and the calling thread's C++ fast-path cache), so no answer of
-the other propagator is reused. Other ops are untouched.
+What ``install()`` changes, and why each piece sits where it does (design.md, section 4):
 
-A ``ViewStrategy`` builds what torch's ``reshape_strategy`` builds: an ``OpStrategy`` with one
-``OpSpec`` per input strategy, whose input spec holds the target placements (and the input's
-tensor_meta) and whose redistribute cost comes from ``generate_redistribute_costs``. Only the
-placements differ: they come from ``cute_shard.propagate_shape_and_sharding``. The rule comes
-from ``cute_shard.rules`` (the builder for the op torch registered); where a builder cannot
-decide a SymInt comparison without a guard, torch's own ``dim_map`` gives it. The mesh is the
-input spec's own ``DeviceMesh`` object: nothing here copies or constructs a mesh, so
-``out.device_mesh is dt.device_mesh``.
+1. **Strategies.** DTensor's ``ShardingPropagator`` keeps one strategy function per aten
+   overload. torch 2.13 registers its view ops in ``torch.distributed.tensor._ops._view_ops``
+   (``register_op_strategy_map``, a closure over torch's ``dim_map`` builder and a
+   ``strict_view`` flag, and ``view_as_complex`` as a single-mesh-dim strategy). ``install()``
+   finds them in the registry (``torch_view_ops``) and registers a ``ViewStrategy`` in their
+   place: the OpStrategy torch's ``reshape_strategy`` builds, with cute_shard's placements.
+2. **Misses without the fake run** (``ViewPropagation``). On a cache miss DTensor runs the op
+   on fake tensors to learn the output's shape and stride, asks the strategy, then recomputes
+   the output's local shape: almost all of a ~400 µs miss. While installed the propagator's
+   entry points (``propagate_op_sharding_non_cached`` and its LRU cache) answer the view ops
+   directly: the placements from the same decision the ViewStrategy takes (``_decide``), the
+   global shape and stride from ``cute_shard.meta`` and the local shape from the placements,
+   assembled into the ``OutputSharding`` torch's own path would return (equal field for
+   field, checked by ``property_tests/test_integration_meta.py``). Anything it cannot produce
+   exactly (symbolic sizes, tracing, simulated ranks, an argument torch would reject) goes to
+   torch's path, which runs the ViewStrategy.
+3. **The reshape family may copy.** reshape, flatten, unflatten and ravel are
+   CompositeImplicitAutograd: outside inference mode they reach DTensor as the strict
+   ``aten.view`` they decompose into, which raises where communication is needed. By default
+   (``reshape_may_copy="methods"``) ``install()`` sets them, and ``reshape_as``, as methods of
+   the DTensor class: a method asks the engine (cached per input spec and arguments) which mesh
+   dims the view cannot keep, redistributes them, and calls torch's method. Only those calls
+   on DTensors pay (a Python frame, ~0.3 µs); plain tensors and every other op are untouched.
+   ``reshape_may_copy="dispatcher"`` instead registers a ``MayCopy`` kernel at
+   ``DispatchKey.PythonTLSSnapshot`` that also reaches the function forms (``torch.flatten``),
+   reshapes inside other ops (matmul's fold, a view's backward), at ~3-5 µs per call.
+4. **_StridedShard under fake tensors.** torch's redistribute planner computes a
+   ``_StridedShard``'s local size by materialising index tensors; under torch.compile's fake
+   mode that mints an unbacked symbol per element and the trace fails. While installed, with
+   plain int sizes that computation runs on real tensors (``_strided_local_size``).
+
+``uninstall()`` puts every saved object back. ``install()`` and ``uninstall()`` clear
+DTensor's sharding-propagation caches (the Python LRU cache and the calling thread's C++
+fast-path cache), so no answer of the other propagator is reused. The mesh of every spec
+built here is the input spec's own ``DeviceMesh`` object: nothing copies or constructs one.
 
 Worked example, on a 2x4 mesh::
 
@@ -36,27 +55,12 @@ Strict views (``view``, ``_unsafe_view``, ``squeeze``) that need communication r
 ``cute_shard.RedistributionRequired``; DTensor wraps it in a RuntimeError whose message starts
 with ours (the tensor dim, the mesh dim and the redistribution that would work).
 
-The CompositeImplicitAutograd view ops (reshape, flatten, unflatten, movedim, ravel,
-broadcast_to, tile, atleast_*d) are decomposed before DTensor sees them, except under
-inference mode: the dispatcher runs their decomposition at the Autograd key, above the Python
-key where DTensor lives, so outside inference mode ``dt.reshape`` reaches DTensor as the strict
-``aten.view`` (or ``clone`` + ``_unsafe_view``). The reshape family (reshape, flatten,
-unflatten, ravel; reshape_as calls reshape) may copy, as torch.reshape may, so ``install()``
-also registers a ``MayCopy`` kernel for each at ``DispatchKey.PythonTLSSnapshot``: the one key
-above Autograd that only tensor subclasses (and active dispatch modes) carry, so a plain tensor
-and every other DTensor op never reach it. For a DTensor it asks the engine (non-strict) which
-mesh dims the view cannot keep, redistributes them (``DTensor.redistribute``: autograd and
-torch.compile see an ordinary redistribute), and lets the call continue down the dispatcher as
-before, where the view is now free; anything else continues unchanged. ``dt.view`` stays strict.
-
-Under inference mode the ops arrive whole. ``aten.reshape`` has its own (non-strict)
-strategy; for the others torch 2.13 propagates their decomposition one mesh dim at a time
-(``DecompShardingStrategy``) and combines the answers, which is wrong for views on multi-dim
-meshes (``flatten`` of a tensor sharded on two mesh dims gives wrong data; ``unflatten`` and
-``broadcast_to`` fail on global sizes). While installed, those whose arguments are dims or
-counts (flatten, ravel, movedim, tile, atleast_*d) get a ``ViewStrategy`` with their own rule,
-and the others a ``Decompose`` strategy, which makes DTensor decompose the op for real so that
-the view ops inside it go through the strategies above.
+Under inference mode the CompositeImplicitAutograd view ops arrive whole. ``aten.reshape`` has
+its own (non-strict) strategy; for the others torch 2.13 propagates their decomposition one
+mesh dim at a time (``DecompShardingStrategy``), which is wrong for views on multi-dim meshes.
+While installed, those whose arguments are dims or counts (flatten, ravel, movedim, tile,
+atleast_*d) get a ``ViewStrategy`` with their own rule, and the others a ``Decompose``
+strategy, which makes DTensor decompose the op for real.
 """
 
 from __future__ import annotations
@@ -64,67 +68,86 @@ from __future__ import annotations
 import inspect
 import math
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch._ops import OpOverload
-from torch.distributed.tensor import DTensor
-from torch.distributed.tensor._dtensor_spec import DTensorSpec
-from torch.distributed.tensor._op_schema import OpSchema, OpSpec, OpStrategy
+from torch._subclasses.fake_tensor import unset_fake_temporarily
+from torch.distributed._functional_collectives import _are_we_tracing
+from torch.distributed._local_tensor import local_tensor_mode
+from torch.distributed.tensor import DTensor, _sharding_prop
+from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
+from torch.distributed.tensor._op_schema import OpSchema, OpSpec, OpStrategy, OutputSharding
 from torch.distributed.tensor._ops import _view_ops
 from torch.distributed.tensor._ops.utils import generate_redistribute_costs
-from torch.distributed.tensor.placement_types import Partial, Placement, Replicate
+from torch.distributed.tensor.placement_types import (
+    Partial,
+    Placement,
+    Replicate,
+    Shard,
+    _StridedShard,
+)
 
-from . import rules
+from . import meta, rules
 from .engine import propagate_shape_and_sharding
 from .rules import UndecidableRule
 
 __all__ = [
     "Decompose",
     "MayCopy",
+    "ReshapeMayCopy",
     "ViewOp",
+    "ViewPropagation",
     "ViewStrategy",
     "composite_view_ops",
     "enabled",
     "install",
     "is_installed",
     "may_copy_kernels",
+    "may_copy_methods",
+    "may_copy_mode",
     "redistribute_for_view",
     "torch_view_ops",
     "uninstall",
 ]
 
+aten = torch.ops.aten
 RuleBuilder = Callable[..., rules.Rule]
+Shape = tuple[int, ...]
 
 
 def _one_shape(sizes: tuple[Any, ...]) -> Any:
     # aten passes a shape as one list; Tensor.view-style callers may pass sizes unpacked.
-    return sizes[0] if len(sizes) == 1 else sizes
+    return sizes[0] if len(sizes) == 1 and isinstance(sizes[0], Sequence) else sizes
 
 
 # cute_shard's builder for each local op torch keys its ``dim_maps`` by. The first argument is
-# the input's OpStrategy (it has ``shape`` and ``ndim``), the rest are the aten op's arguments.
+# the input's global shape (a tuple), the rest are the aten op's arguments.
 BUILDERS: dict[Callable[..., Any], RuleBuilder] = {
-    torch.Tensor.view: lambda x, *shape: rules.view_groups(x.shape, _one_shape(shape)),
-    torch.reshape: lambda x, shape: rules.view_groups(x.shape, shape),
-    torch.squeeze: lambda x, dim=None: rules.squeeze(x.shape, dim),
-    torch.unsqueeze: lambda x, dim: rules.unsqueeze(x.ndim, dim),
-    torch.Tensor.expand: lambda x, *size, implicit=False: rules.expand(x.shape, _one_shape(size)),
-    torch.permute: lambda x, dims: rules.permute(x.ndim, dims),
-    torch.Tensor.repeat: lambda x, *sizes: rules.repeat(x.ndim, _one_shape(sizes)),
-    torch.transpose: lambda x, dim0, dim1: rules.transpose(x.ndim, dim0, dim1),
-    torch.view_as_real: lambda x: rules.view_as_real(x.shape),
-    torch.view_as_complex: lambda x: rules.view_as_complex(x.shape),
-    torch.flatten: lambda x, start_dim=0, end_dim=-1: rules.flatten(x.ndim, start_dim, end_dim),
-    torch.ravel: lambda x: rules.ravel(x.ndim),
-    torch.movedim: lambda x, source, destination: rules.movedim(x.ndim, source, destination),
-    torch.tile: lambda x, dims: rules.tile(x.ndim, dims),
-    torch.atleast_1d: lambda x: rules.atleast_1d(x.ndim),
-    torch.atleast_2d: lambda x: rules.atleast_2d(x.ndim),
-    torch.atleast_3d: lambda x: rules.atleast_3d(x.ndim),
+    torch.Tensor.view: lambda shape, *size: rules.view_groups(shape, _one_shape(size)),
+    torch.reshape: lambda shape, new_shape: rules.view_groups(shape, new_shape),
+    torch.squeeze: lambda shape, dim=None: rules.squeeze(shape, dim),
+    torch.unsqueeze: lambda shape, dim: rules.unsqueeze(len(shape), dim),
+    torch.Tensor.expand: lambda shape, *size, implicit=False: rules.expand(shape, _one_shape(size)),
+    torch.permute: lambda shape, dims: rules.permute(len(shape), dims),
+    torch.Tensor.repeat: lambda shape, *sizes: rules.repeat(len(shape), _one_shape(sizes)),
+    torch.transpose: lambda shape, dim0, dim1: rules.transpose(len(shape), dim0, dim1),
+    torch.view_as_real: lambda shape: rules.view_as_real(shape),
+    torch.view_as_complex: lambda shape: rules.view_as_complex(shape),
+    torch.flatten: lambda shape, start_dim=0, end_dim=-1: rules.flatten(
+        len(shape), start_dim, end_dim
+    ),
+    torch.ravel: lambda shape: rules.ravel(len(shape)),
+    torch.movedim: lambda shape, source, destination: rules.movedim(
+        len(shape), source, destination
+    ),
+    torch.tile: lambda shape, dims: rules.tile(len(shape), dims),
+    torch.atleast_1d: lambda shape: rules.atleast_1d(len(shape)),
+    torch.atleast_2d: lambda shape: rules.atleast_2d(len(shape)),
+    torch.atleast_3d: lambda shape: rules.atleast_3d(len(shape)),
 }
 
 # Complex numbers have no order: a pending max/min of (real, imag) pairs is not a pending
@@ -144,10 +167,51 @@ class ViewOp:
     def __str__(self) -> str:
         return f"{self.overload} ({'strict' if self.strict_view else 'may redistribute'})"
 
+    def rule(self, first: Any, shape: tuple[Any, ...], args: Sequence[Any], kwargs: Any) -> object:
+        """The op's DimMap rule for an input of global ``shape``: cute_shard's builder, or
+        torch's where ours cannot decide. ``first`` is what torch's builder takes in the
+        input's place (its OpStrategy or DTensorSpec); ``args`` are the op's other arguments."""
+        builder = BUILDERS.get(self.local_op)
+        if builder is not None:
+            try:
+                return builder(shape, *args, **kwargs)
+            except UndecidableRule:
+                # A SymInt comparison that only a guard could settle. torch's builder may
+                # guard (backed sizes); the engine reads its DimSpecs directly.
+                pass
+        return self.torch_dim_map(first, *args, **kwargs)
+
+    def decide(
+        self, placements: Sequence[Placement], shape: tuple[Any, ...], rule: object, mesh: Any
+    ) -> tuple[tuple[Placement, ...], tuple[Placement, ...]]:
+        """(input target, output placements): the one sharding decision for this op, taken
+        by the ViewStrategy and by the fast path alike."""
+        complex_view = self.local_op is torch.view_as_complex
+        if complex_view:
+            placements = _allowed_partials(placements)
+        target, output = propagate_shape_and_sharding(
+            placements, shape, rule, mesh.shape, self.strict_view, complex_view=complex_view
+        )
+        return tuple(target), tuple(output)
+
+
+def _allowed_partials(placements: Sequence[Placement]) -> tuple[Placement, ...]:
+    return tuple(
+        Replicate() if isinstance(p, Partial) and p.reduce_op not in _COMPLEX_PARTIALS else p
+        for p in placements
+    )
+
 
 @dataclass(frozen=True, slots=True)
 class ViewStrategy:
-    """The strategy function ``install()`` registers for ``op``: cute_shard's propagation."""
+    """The strategy function ``install()`` registers for ``op``: cute_shard's propagation.
+
+    It builds what torch's ``reshape_strategy`` builds: one ``OpSpec`` per input strategy,
+    whose input spec holds the target placements (and the input's tensor_meta), whose output
+    spec has no tensor_meta (DTensor adds it), both with
+    ``use_strided_shard_as_shard_order=False``, and the cost from
+    ``generate_redistribute_costs``.
+    """
 
     op: ViewOp
 
@@ -160,28 +224,19 @@ class ViewStrategy:
             )
         shape = tuple(input_strategy.shape)
         rule = self.rule(op_schema)
-        complex_view = self.op.local_op is torch.view_as_complex
         out = OpStrategy([])
         for src in input_strategy.strategies:
             spec = src.output_spec
             mesh = spec.mesh  # the caller's own mesh object: never copied or constructed
-            placements = _allowed_partials(spec.placements) if complex_view else spec.placements
-            target, output = propagate_shape_and_sharding(
-                placements,
-                shape,
-                rule,
-                mesh.shape,
-                self.op.strict_view,
-                complex_view=complex_view,
-            )
+            target, output = self.op.decide(spec.placements, shape, rule, mesh)
             target_spec = DTensorSpec(
                 mesh=mesh,
-                placements=tuple(target),
+                placements=target,
                 tensor_meta=spec.tensor_meta,
                 use_strided_shard_as_shard_order=False,
             )
             output_spec = DTensorSpec(
-                mesh=mesh, placements=tuple(output), use_strided_shard_as_shard_order=False
+                mesh=mesh, placements=output, use_strided_shard_as_shard_order=False
             )
             out.strategies.append(
                 OpSpec(
@@ -194,23 +249,10 @@ class ViewStrategy:
 
     def rule(self, op_schema: OpSchema) -> object:
         """The op's DimMap rule: cute_shard's builder, or torch's where ours cannot decide."""
-        args, kwargs = op_schema.args_schema, op_schema.kwargs_schema
-        builder = BUILDERS.get(self.op.local_op)
-        if builder is not None:
-            try:
-                return builder(*args, **kwargs)
-            except UndecidableRule:
-                # A SymInt comparison that only a guard could settle. torch's builder may
-                # guard (backed sizes); the engine reads its DimSpecs directly.
-                pass
-        return self.op.torch_dim_map(*args, **kwargs)
-
-
-def _allowed_partials(placements: Sequence[Placement]) -> tuple[Placement, ...]:
-    return tuple(
-        Replicate() if isinstance(p, Partial) and p.reduce_op not in _COMPLEX_PARTIALS else p
-        for p in placements
-    )
+        args = op_schema.args_schema
+        first = args[0]
+        shape = tuple(first.shape)  # type: ignore[union-attr]
+        return self.op.rule(first, shape, args[1:], op_schema.kwargs_schema)
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,6 +270,249 @@ class Decompose:
         raise NotImplementedError(
             f"{self.overload} is decomposed into view ops that cute_shard propagates"
         )
+
+
+# --------------------------------------------------------------------------------------------
+# Misses without the fake run
+
+# The output's global (shape, stride) from the input's and the op's other arguments, with
+# torch's conventions (cute_shard.meta); None where torch would raise.
+Geometry = Callable[..., "meta.Meta | None"]
+
+_COMPLEX_OF = {torch.float32: torch.complex64, torch.float64: torch.complex128}
+_COMPLEX_OF[torch.float16] = torch.complex32
+_REAL_OF = {c: r for r, c in _COMPLEX_OF.items()}
+
+
+def _expand(shape: Shape, stride: Shape, size: Sequence[int], *, implicit: bool = False) -> Any:
+    return meta.expand(shape, stride, size)
+
+
+# The overloads the fast path answers: the view ops torch registers with a strategy (the
+# CompositeImplicitAutograd ones reach DTensor only under inference mode and take torch's
+# path; the in-place squeeze_ ops too). Each with its geometry and, for the complex views,
+# the output dtype by input dtype.
+GEOMETRIES: dict[OpOverload, tuple[Geometry, Mapping[torch.dtype, torch.dtype] | None]] = {
+    aten.view.default: (meta.view, None),
+    aten._unsafe_view.default: (meta.view, None),
+    aten.reshape.default: (meta.reshape, None),
+    aten.view_copy.default: (meta.view_copy, None),
+    aten.squeeze.default: (lambda shape, stride: meta.squeeze(shape, stride, None), None),
+    aten.squeeze.dim: (lambda shape, stride, dim: meta.squeeze(shape, stride, (dim,)), None),
+    aten.squeeze.dims: (meta.squeeze, None),
+    aten.unsqueeze.default: (meta.unsqueeze, None),
+    aten.expand.default: (_expand, None),
+    aten.permute.default: (meta.permute, None),
+    aten.transpose.int: (meta.transpose, None),
+    aten.repeat.default: (meta.repeat, None),
+    aten.view_as_real.default: (meta.view_as_real, _REAL_OF),
+    aten.view_as_complex.default: (meta.view_as_complex, _COMPLEX_OF),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class FastView:
+    """How ``ViewPropagation`` answers one overload without torch's path.
+
+    ``shape_arg``: the index of a global shape argument DTensor rewrites to the local output
+    shape when the output is sharded (``op_to_shape_and_stride_idx``). ``squeeze_dims``: the
+    ``squeeze.dims`` overload DTensor rewrites a squeeze to, with only its globally size-1
+    dims (``squeeze_op_to_dims_variant``). Both read from the propagator at install time.
+    """
+
+    op: ViewOp
+    geometry: Geometry
+    dtypes: Mapping[torch.dtype, torch.dtype] | None
+    shape_arg: int | None
+    squeeze_dims: OpOverload | None
+
+    def output_sharding(self, op_schema: OpSchema) -> OutputSharding | None:
+        """What torch's ``propagate_op_sharding_non_cached`` returns for ``op_schema`` with the
+        ViewStrategy registered, or None where this cannot produce it exactly."""
+        args = op_schema.args_schema
+        spec = args[0]
+        if type(spec) is not DTensorSpec or spec.tensor_meta is None or _are_we_tracing():
+            return None
+        tensor_meta = spec.tensor_meta
+        shape = tuple(tensor_meta.shape)
+        stride = tuple(tensor_meta.stride)
+        if not all(type(n) is int for n in (*shape, *stride)):
+            return None  # symbolic sizes: torch's path guards as it must
+        try:
+            geometry = self.geometry(shape, stride, *args[1:], **op_schema.kwargs_schema)
+        except TypeError:  # arguments this geometry does not take: torch's path says why
+            return None
+        if geometry is None:
+            return None  # torch would raise: let its own path raise its own error
+        dtype = tensor_meta.dtype
+        if self.dtypes is not None:
+            dtype = self.dtypes.get(dtype)  # type: ignore[assignment]
+            if dtype is None:
+                return None
+        mesh = spec.mesh
+        rule = self.op.rule(spec, shape, args[1:], op_schema.kwargs_schema)
+        target, output = self.op.decide(spec.placements, shape, rule, mesh)
+        out_shape, out_stride = geometry
+        if self.shape_arg is not None and _any_shard(output):
+            coordinate = mesh.get_coordinate()
+            if coordinate is None or local_tensor_mode() is not None:
+                return None  # a rank outside the mesh, or simulated ranks: torch's path
+            local: Shape | None = _local_shape(out_shape, output, mesh.shape, coordinate)
+        else:
+            local = None
+        return self._assemble(
+            op_schema,
+            spec,
+            target,
+            output,
+            TensorMeta(torch.Size(out_shape), out_stride, dtype),
+            local,
+        )
+
+    def _assemble(
+        self,
+        op_schema: OpSchema,
+        spec: DTensorSpec,
+        target: tuple[Placement, ...],
+        output: tuple[Placement, ...],
+        out_meta: TensorMeta,
+        local_shape: Shape | None,
+    ) -> OutputSharding:
+        """The OutputSharding torch's path builds from the ViewStrategy's one OpSpec: the
+        use_strided_shard_as_shard_order fix-up, the input's redistribution, the local shape
+        argument, the squeeze rewrite, and the output spec with its tensor_meta."""
+        mesh = spec.mesh
+        # torch gives every spec holding a _StridedShard the input's reading of them (if the
+        # input holds one); specs without one keep the strategy's False.
+        strided_flag = (
+            spec.use_strided_shard_as_shard_order if _any_strided(spec.placements) else None
+        )
+        suggestion: OpSchema | None = None
+        needs_redistribute = use_args = False
+        if target != spec.placements:
+            target_spec = DTensorSpec(
+                mesh,
+                target,
+                tensor_meta=spec.tensor_meta,
+                use_strided_shard_as_shard_order=_flag(target, strided_flag),
+            )
+            suggestion = OpSchema(
+                op_schema.op, (target_spec, *op_schema.args_schema[1:]), op_schema.kwargs_schema
+            )
+            needs_redistribute = True
+        if local_shape is not None:
+            schema = suggestion or op_schema
+            rewritten = list(schema.args_schema)
+            rewritten[self.shape_arg] = local_shape  # type: ignore[index]
+            suggestion = OpSchema(schema.op, tuple(rewritten), schema.kwargs_schema)
+            needs_redistribute = use_args = True
+        if self.squeeze_dims is not None:
+            schema = suggestion or op_schema
+            dims = _global_singletons(schema)
+            if not (
+                schema.op == self.squeeze_dims
+                and len(schema.args_schema) > 1
+                and schema.args_schema[1] == dims
+            ):
+                suggestion = OpSchema(self.squeeze_dims, (schema.args_schema[0], dims), {})
+                needs_redistribute = use_args = True
+        output_spec = DTensorSpec(
+            mesh,
+            output,
+            tensor_meta=out_meta,
+            use_strided_shard_as_shard_order=_flag(output, strided_flag),
+        )
+        return OutputSharding(
+            output_spec,
+            suggestion,
+            needs_redistribute=needs_redistribute,
+            use_val_from_redistribute_schema=use_args,
+        )
+
+
+def _any_shard(placements: Sequence[Placement]) -> bool:
+    return any(isinstance(p, Shard | _StridedShard) for p in placements)
+
+
+def _any_strided(placements: Sequence[Placement]) -> bool:
+    return any(type(p) is _StridedShard for p in placements)
+
+
+def _flag(placements: Sequence[Placement], strided_flag: bool | None) -> bool:
+    return bool(strided_flag) if strided_flag is not None and _any_strided(placements) else False
+
+
+def _local_shape(
+    shape: Shape, placements: Sequence[Placement], mesh_shape: Sequence[int], coord: Sequence[int]
+) -> Shape:
+    """This rank's local shape of a tensor of global ``shape`` under ``placements``."""
+    local = list(shape)
+    for m, p in enumerate(placements):
+        if type(p) is _StridedShard:
+            local[p.dim] = meta.local_size(
+                local[p.dim], ((mesh_shape[m], coord[m], p.split_factor),)
+            )
+        elif isinstance(p, Shard):
+            local[p.dim] = meta.local_size(local[p.dim], ((mesh_shape[m], coord[m], 1),))
+    return tuple(local)
+
+
+def _global_singletons(schema: OpSchema) -> tuple[int, ...]:
+    """The dims a squeeze in ``schema`` drops: those of its dims that are size 1 globally
+    (DTensor rewrites every squeeze to ``squeeze.dims`` of them, normalised)."""
+    shape = tuple(schema.args_schema[0].tensor_meta.shape)  # type: ignore[union-attr]
+    ndim = len(shape)
+
+    def normal(d: int) -> int:
+        return d if d >= 0 else d + ndim
+
+    def singleton(d: int) -> bool:
+        n = normal(d)
+        return 0 <= n < ndim and shape[n] == 1
+
+    op = schema.op
+    if op in (aten.squeeze.default, aten.squeeze_.default):
+        return tuple(d for d, n in enumerate(shape) if n == 1)
+    if op in (aten.squeeze.dim, aten.squeeze_.dim):
+        d = normal(schema.args_schema[1])  # type: ignore[arg-type]
+        return (d,) if singleton(d) else ()
+    return tuple(normal(d) for d in schema.args_schema[1] if singleton(d))  # type: ignore[union-attr]
+
+
+@dataclass(frozen=True, slots=True)
+class ViewPropagation:
+    """What ``install()`` puts in place of the propagator's ``propagate_op_sharding_non_cached``
+    (and under its LRU cache): view ops in ``fast`` are answered without running them on fake
+    tensors; everything else, and whatever a ``FastView`` cannot answer exactly, goes to
+    ``torch_path``, the propagator's own method."""
+
+    torch_path: Callable[[OpSchema], OutputSharding]
+    fast: Mapping[OpOverload, FastView]
+
+    def __call__(self, op_schema: OpSchema) -> OutputSharding:
+        view = self.fast.get(op_schema.op)
+        if view is not None:
+            answer = view.output_sharding(op_schema)
+            if answer is not None:
+                return answer
+        return self.torch_path(op_schema)
+
+
+def _fast_views(
+    propagator: _sharding_prop.ShardingPropagator, ops: Sequence[ViewOp]
+) -> dict[OpOverload, FastView]:
+    shape_args = propagator.op_to_shape_and_stride_idx
+    squeezes = propagator.squeeze_op_to_dims_variant
+    fast: dict[OpOverload, FastView] = {}
+    for op in ops:
+        if op.overload not in GEOMETRIES:
+            continue
+        index = shape_args.get(op.overload)
+        if isinstance(index, tuple):  # a stride argument too: not a view op's
+            continue
+        geometry, dtypes = GEOMETRIES[op.overload]
+        fast[op.overload] = FastView(op, geometry, dtypes, index, squeezes.get(op.overload))
+    return fast
 
 
 # --------------------------------------------------------------------------------------------
@@ -320,40 +605,6 @@ def _find_composite_view_ops() -> tuple[tuple[ViewOp, ...], tuple[OpOverload, ..
 # --------------------------------------------------------------------------------------------
 # The reshape family: may copy, so it redistributes what must move
 
-# Below this key the dispatch continues exactly as the key's fallback would continue it.
-_AFTER_SNAPSHOT = torch._C._dispatch_keyset_full_after(torch._C.DispatchKey.PythonTLSSnapshot)
-
-
-@dataclass(frozen=True, slots=True)
-class MayCopy:
-    """The kernel ``install()`` registers for a reshape-family overload at PythonTLSSnapshot.
-
-    Each of these ops is CompositeImplicitAutograd and ends in a strict view of the global
-    shape ``out_shape(input shape, *args)``. For a DTensor input the kernel first moves the
-    mesh dims that view cannot keep (``redistribute_for_view``); then, for every input, the
-    call goes on down the dispatcher as the key's fallback would send it. For example, on an
-    8-mesh, ``x.reshape(1536)`` of a (6, 256) ``[Shard(0)]`` DTensor all-gathers ``x`` and
-    returns a ``[Replicate()]`` view, where the strict view alone would raise.
-
-    Every reshape of a DTensor in a training step passes through here, so the common case (a
-    seen spec and shape that moves nothing) is one dict lookup on top of the dispatcher's
-    round trip through Python.
-    """
-
-    overload: OpOverload
-    out_shape: Callable[..., tuple[Any, ...] | None]  # None: illegal arguments
-    _redispatch: Callable[..., Any] = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_redispatch", self.overload._handle.redispatch_boxed)
-
-    def __call__(self, keyset: torch._C.DispatchKeySet, x: Any, *args: Any, **kwargs: Any) -> Any:
-        if isinstance(x, DTensor):
-            out_shape = self.out_shape(x._spec.shape, *args, **kwargs)
-            if out_shape is not None:  # else the op below raises torch's own error
-                x = redistribute_for_view(x, out_shape)
-        return self._redispatch(keyset & _AFTER_SNAPSHOT, x, *args, **kwargs)
-
 
 def redistribute_for_view(x: DTensor, out_shape: Sequence[Any]) -> DTensor:
     """``x`` with the mesh dims moved that a view to ``out_shape`` cannot keep (the engine's
@@ -368,9 +619,11 @@ def redistribute_for_view(x: DTensor, out_shape: Sequence[Any]) -> DTensor:
 # (input spec, output shape) -> the input target, or None when nothing moves. The spec holds
 # the mesh, the placements and the global shape, so this is a pure function of the key. A
 # reshape that moves nothing is the common case, and the engine's answer would otherwise be
-# most of the kernel's cost. Bounded: emptied when full (and by clear_dtensor_caches()).
+# most of the cost. Bounded: emptied when full (and by clear_dtensor_caches()). The methods
+# key it by (spec, the method's shape function, its arguments) instead, which saves computing
+# the output shape on every call.
 _TARGETS_LIMIT = 4096
-_targets: dict[tuple[DTensorSpec, tuple[Any, ...]], tuple[Placement, ...] | None] = {}
+_targets: dict[tuple[Any, ...], tuple[Placement, ...] | None] = {}
 
 
 def _move_to(spec: DTensorSpec, out_shape: tuple[Any, ...]) -> tuple[Placement, ...] | None:
@@ -381,7 +634,10 @@ def _move_to(spec: DTensorSpec, out_shape: tuple[Any, ...]) -> tuple[Placement, 
         pass
     except TypeError:  # SymInt sizes are not hashable: no cache
         return _input_target(spec, out_shape)
-    target = _input_target(spec, out_shape)
+    return _remember(key, _input_target(spec, out_shape))
+
+
+def _remember(key: tuple[Any, ...], target: tuple[Placement, ...] | None) -> Any:
     if len(_targets) >= _TARGETS_LIMIT:
         _targets.clear()
     _targets[key] = target
@@ -410,8 +666,16 @@ def _view_rule(shape: tuple[Any, ...], out_shape: tuple[Any, ...]) -> object:
         return _view_ops.view_groups(shape, out_shape)
 
 
-def _reshaped(shape: tuple[Any, ...], new_shape: Sequence[Any]) -> tuple[Any, ...]:
-    return tuple(new_shape)
+# The global shape each reshape-family op ends in, from the input's shape and the op's
+# arguments; None for arguments torch rejects (the op then raises its own error).
+
+
+def _reshaped(shape: tuple[Any, ...], *new_shape: Any) -> tuple[Any, ...]:
+    return tuple(_one_shape(new_shape))
+
+
+def _reshaped_as(shape: tuple[Any, ...], other: torch.Tensor) -> tuple[Any, ...]:
+    return tuple(other.shape)
 
 
 def _flattened(
@@ -434,15 +698,122 @@ def _raveled(shape: tuple[Any, ...]) -> tuple[Any, ...]:
     return (-1,)
 
 
-def _dim(dim: int, ndim: int) -> int | None:
+def _dim(dim: object, ndim: int) -> int | None:
+    if type(dim) is not int:
+        return None  # a named dim: DTensor has no names, so the op raises torch's error
     return dim % ndim if -ndim <= dim < ndim else None
 
 
+def _moved(
+    x: DTensor, out_shape: Callable[..., Any], args: tuple[Any, ...], kwargs: Any
+) -> DTensor:
+    """``x`` redistributed so that the view a reshape-family method ends in is free.
+
+    The common case (a seen input spec and arguments that move nothing) is one dict lookup.
+    Lists and SymInts in the arguments are not hashable: those calls are not cached."""
+    spec = x._spec
+    key = (spec, out_shape, args, *kwargs.items()) if kwargs else (spec, out_shape, args)
+    try:
+        target = _targets[key]
+    except KeyError:
+        target = _remember(key, _method_target(spec, out_shape, args, kwargs))
+    except TypeError:
+        target = _method_target(spec, out_shape, args, kwargs)
+    return x if target is None else x.redistribute(spec.mesh, target)
+
+
+def _method_target(
+    spec: DTensorSpec, out_shape: Callable[..., Any], args: tuple[Any, ...], kwargs: Any
+) -> tuple[Placement, ...] | None:
+    try:
+        shape = out_shape(tuple(spec.shape), *args, **kwargs)
+    except TypeError:  # arguments torch's method rejects: it raises its own error
+        return None
+    return None if shape is None else _input_target(spec, tuple(shape))
+
+
+_TENSOR_RESHAPE = torch.Tensor.reshape
+_TENSOR_RESHAPE_AS = torch.Tensor.reshape_as
+_TENSOR_FLATTEN = torch.Tensor.flatten
+_TENSOR_UNFLATTEN = torch.Tensor.unflatten
+_TENSOR_RAVEL = torch.Tensor.ravel
+
+
+# The methods install() sets on the DTensor class. torch.compile records each as one call
+# in the graph (allow_in_graph, at install time) instead of tracing into its caches; the call
+# then runs on the traced DTensors, so a redistribution it makes is traced as the collectives
+# eager runs.
+
+
+def _reshape(self: DTensor, *args: Any, **kwargs: Any) -> DTensor:
+    return _TENSOR_RESHAPE(_moved(self, _reshaped, args, kwargs), *args, **kwargs)
+
+
+def _reshape_as(self: DTensor, *args: Any, **kwargs: Any) -> DTensor:
+    return _TENSOR_RESHAPE_AS(_moved(self, _reshaped_as, args, kwargs), *args, **kwargs)
+
+
+def _flatten(self: DTensor, *args: Any, **kwargs: Any) -> DTensor:
+    return _TENSOR_FLATTEN(_moved(self, _flattened, args, kwargs), *args, **kwargs)
+
+
+def _unflatten(self: DTensor, *args: Any, **kwargs: Any) -> DTensor:
+    return _TENSOR_UNFLATTEN(_moved(self, _unflattened, args, kwargs), *args, **kwargs)
+
+
+def _ravel(self: DTensor, *args: Any, **kwargs: Any) -> DTensor:
+    return _TENSOR_RAVEL(_moved(self, _raveled, args, kwargs), *args, **kwargs)
+
+
+def may_copy_methods() -> dict[str, Callable[..., DTensor]]:
+    """The DTensor methods ``install()`` sets (the default ``reshape_may_copy="methods"``)."""
+    return {
+        "reshape": _reshape,
+        "reshape_as": _reshape_as,
+        "flatten": _flatten,
+        "unflatten": _unflatten,
+        "ravel": _ravel,
+    }
+
+
+# Below this key the dispatch continues exactly as the key's fallback would continue it.
+_AFTER_SNAPSHOT = torch._C._dispatch_keyset_full_after(torch._C.DispatchKey.PythonTLSSnapshot)
+
+
+@dataclass(frozen=True, slots=True)
+class MayCopy:
+    """The kernel ``install(reshape_may_copy="dispatcher")`` registers for a reshape-family
+    overload at PythonTLSSnapshot.
+
+    Each of these ops is CompositeImplicitAutograd and ends in a strict view of the global
+    shape ``out_shape(input shape, *args)``. For a DTensor input the kernel first moves the
+    mesh dims that view cannot keep (``redistribute_for_view``); then, for every input, the
+    call goes on down the dispatcher as the key's fallback would send it. For example, on an
+    8-mesh, ``x.reshape(1536)`` of a (6, 256) ``[Shard(0)]`` DTensor all-gathers ``x`` and
+    returns a ``[Replicate()]`` view, where the strict view alone would raise. Unlike the
+    methods it reaches every reshape of a DTensor, including ``torch.flatten(x)`` and those
+    torch issues inside other ops, at the price of a round trip through Python on each.
+    """
+
+    overload: OpOverload
+    out_shape: Callable[..., tuple[Any, ...] | None]  # None: illegal arguments
+    _redispatch: Callable[..., Any] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_redispatch", self.overload._handle.redispatch_boxed)
+
+    def __call__(self, keyset: torch._C.DispatchKeySet, x: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(x, DTensor):
+            out_shape = self.out_shape(x._spec.shape, *args, **kwargs)
+            if out_shape is not None:  # else the op below raises torch's own error
+                x = redistribute_for_view(x, out_shape)
+        return self._redispatch(keyset & _AFTER_SNAPSHOT, x, *args, **kwargs)
+
+
 def may_copy_kernels() -> tuple[MayCopy, ...]:
-    """The kernels ``install()`` registers. ``reshape_as`` calls ``reshape`` through the
-    dispatcher, so the reshape kernel covers it; the other ops call torch's reshape function
-    directly, so each needs its own."""
-    aten = torch.ops.aten
+    """The kernels ``install(reshape_may_copy="dispatcher")`` registers. ``reshape_as`` calls
+    ``reshape`` through the dispatcher, so the reshape kernel covers it; the other ops call
+    torch's reshape function directly, so each needs its own."""
     return (
         MayCopy(aten.reshape.default, _reshaped),
         MayCopy(aten.flatten.using_ints, _flattened),
@@ -452,7 +823,45 @@ def may_copy_kernels() -> tuple[MayCopy, ...]:
 
 
 # --------------------------------------------------------------------------------------------
+# _StridedShard local sizes under fake tensors
+
+_TORCH_STRIDED_LOCAL_SIZE = _StridedShard.local_shard_size_and_offset
+
+
+def _strided_local_size(
+    self: _StridedShard, curr_local_size: Any, num_chunks: int, rank: Any, *args: Any, **kwargs: Any
+) -> Any:
+    """``_StridedShard.local_shard_size_and_offset`` while installed.
+
+    torch computes it by splitting an index tensor; under a fake mode (torch.compile) those
+    are fake tensors whose ``tolist()`` mints an unbacked symbol per element, and the trace
+    then fails on symbols no output holds. For plain int sizes and rank the answer is a
+    plain int, so it is computed on real tensors: the same function, the same values."""
+    if type(curr_local_size) is int and type(rank) is int:
+        with unset_fake_temporarily():
+            return _TORCH_STRIDED_LOCAL_SIZE(
+                self, curr_local_size, num_chunks, rank, *args, **kwargs
+            )
+    return _TORCH_STRIDED_LOCAL_SIZE(self, curr_local_size, num_chunks, rank, *args, **kwargs)
+
+
+# --------------------------------------------------------------------------------------------
 # install / uninstall
+
+ReshapeMayCopy = Literal["methods", "dispatcher", "off"]
+
+
+def _mode(reshape_may_copy: ReshapeMayCopy | bool) -> ReshapeMayCopy:
+    if reshape_may_copy is True:
+        return "methods"
+    if reshape_may_copy is False:
+        return "off"
+    if reshape_may_copy not in ("methods", "dispatcher", "off"):
+        raise ValueError(
+            f"reshape_may_copy: expected 'methods', 'dispatcher' or 'off' (or True/False for "
+            f"'methods'/'off'), got {reshape_may_copy!r}"
+        )
+    return reshape_may_copy
 
 
 @dataclass(frozen=True, slots=True)
@@ -464,7 +873,10 @@ class _Saved:
     decomposed: tuple[OpOverload, ...]
     strategy_funcs: dict[OpOverload, Callable[..., Any] | None]
     single_dim_funcs: dict[OpOverload, Any]
-    # Holds the MayCopy kernels (None: not registered); destroying it deregisters them.
+    # The propagator's own entry points, put back by uninstall().
+    propagate_cached: Any
+    mode: ReshapeMayCopy
+    # Holds the MayCopy kernels (mode "dispatcher"); destroying it deregisters them.
     kernels: torch.library.Library | None
 
 
@@ -479,24 +891,32 @@ def is_installed() -> bool:
     return _saved is not None
 
 
-def install(*, reshape_may_copy: bool = True) -> None:
+def may_copy_mode() -> ReshapeMayCopy | None:
+    """How the reshape family may copy while installed (None: not installed)."""
+    return None if _saved is None else _saved.mode
+
+
+def install(*, reshape_may_copy: ReshapeMayCopy | bool = "methods") -> None:
     """Make DTensor propagate every view op with cute_shard. Idempotent.
 
-    ``reshape_may_copy`` (default True) registers the ``MayCopy`` kernels: ``dt.reshape``,
-    ``flatten``, ``unflatten`` and ``ravel`` then redistribute what must move and succeed.
-    Each call of those ops on a DTensor pays one round trip through Python for it (about 4 µs
-    on a DTensor cache hit of about 20 µs). With False they stay what torch makes them outside
-    inference mode, a strict ``view`` (one that needs communication raises), at torch's own
-    cost. Installing again with the other value switches."""
+    ``reshape_may_copy`` says how reshape, flatten, unflatten and ravel (which may copy)
+    redistribute what must move instead of failing as the strict view they decompose into:
+
+    - ``"methods"`` (default, also ``True``): as DTensor methods (``x.reshape(...)``,
+      ``x.flatten()``, ``nn.Flatten``): ~0.3 µs on those calls, nothing on any other.
+    - ``"dispatcher"``: a dispatcher kernel that also reaches the function forms
+      (``torch.flatten(x)``) and reshapes torch makes inside other ops (matmul, a view's
+      backward), at ~3-5 µs per reshape-family call on a DTensor.
+    - ``"off"`` (also ``False``): they stay the strict view, at torch's own cost.
+
+    Installing again with another value switches."""
     global _saved
+    mode = _mode(reshape_may_copy)
     with _lock:
         if _saved is not None:
-            if (_saved.kernels is not None) != reshape_may_copy:
-                if _saved.kernels is None:
-                    _saved = replace(_saved, kernels=_may_copy_library())
-                else:
-                    _saved.kernels._destroy()
-                    _saved = replace(_saved, kernels=None)
+            if _saved.mode != mode:
+                _set_may_copy(_saved.mode, "off", _saved.kernels)
+                _saved = replace(_saved, mode=mode, kernels=_set_may_copy("off", mode, None))
             return
         propagator = DTensor._op_dispatcher.sharding_propagator
         ops = _find_view_ops()
@@ -510,16 +930,46 @@ def install(*, reshape_may_copy: bool = True) -> None:
             single_dim_funcs={
                 op: propagator.op_single_dim_strategy_funcs.get(op) for op in replaced
             },
-            kernels=_may_copy_library() if reshape_may_copy else None,
+            propagate_cached=propagator.__dict__["propagate_op_sharding"],
+            mode=mode,
+            kernels=None,
         )
+        clear_dtensor_caches()  # nothing torch's propagator answered may be reused
         for v in ops + composite:
             # A single-mesh-dim strategy takes precedence over op_strategy_funcs: drop it.
             propagator.op_single_dim_strategy_funcs.pop(v.overload, None)
             propagator.op_strategy_funcs[v.overload] = ViewStrategy(v)
         for op in decomposed:
             propagator.op_strategy_funcs[op] = Decompose(op)
-        _saved = saved
+        # DTensor calls these two by attribute on the instance; the class's method stays
+        # torch's path.
+        fast = ViewPropagation(
+            _sharding_prop.ShardingPropagator.propagate_op_sharding_non_cached.__get__(propagator),
+            _fast_views(propagator, ops),
+        )
+        propagator.propagate_op_sharding_non_cached = fast  # type: ignore[method-assign]
+        propagator.propagate_op_sharding = _sharding_prop.LocalLRUCache(fast)
+        _StridedShard.local_shard_size_and_offset = _strided_local_size  # type: ignore[method-assign]
+        _saved = replace(saved, kernels=_set_may_copy("off", mode, None))
         clear_dtensor_caches()
+
+
+def _set_may_copy(
+    old: ReshapeMayCopy, new: ReshapeMayCopy, kernels: torch.library.Library | None
+) -> torch.library.Library | None:
+    """Switch the reshape family's mechanism from ``old`` to ``new``; the kernels' library
+    while ``new`` is "dispatcher", else None."""
+    if old == "methods":
+        for name in may_copy_methods():
+            delattr(DTensor, name)
+    elif old == "dispatcher" and kernels is not None:
+        kernels._destroy()
+    if new == "methods":
+        for name, method in may_copy_methods().items():
+            setattr(DTensor, name, torch.compiler.allow_in_graph(method))
+    elif new == "dispatcher":
+        return _may_copy_library()
+    return None
 
 
 def _may_copy_library() -> torch.library.Library:
@@ -538,8 +988,10 @@ def uninstall() -> None:
         propagator = DTensor._op_dispatcher.sharding_propagator
         _restore(propagator.op_strategy_funcs, _saved.strategy_funcs)
         _restore(propagator.op_single_dim_strategy_funcs, _saved.single_dim_funcs)
-        if _saved.kernels is not None:
-            _saved.kernels._destroy()
+        del propagator.propagate_op_sharding_non_cached  # the class's method again
+        propagator.propagate_op_sharding = _saved.propagate_cached
+        _StridedShard.local_shard_size_and_offset = _TORCH_STRIDED_LOCAL_SIZE  # type: ignore[method-assign]
+        _set_may_copy(_saved.mode, "off", _saved.kernels)
         _saved = None
         clear_dtensor_caches()
 
@@ -553,26 +1005,25 @@ def _restore(registry: dict[OpOverload, Any], saved: dict[OpOverload, Any]) -> N
 
 
 @contextmanager
-def enabled(*, reshape_may_copy: bool = True) -> Iterator[None]:
+def enabled(*, reshape_may_copy: ReshapeMayCopy | bool = "methods") -> Iterator[None]:
     """``with cute_shard.enabled(): ...`` installs for the block (``reshape_may_copy`` as in
     :func:`install`), then restores the state before it (reentrant: an inner block leaves an
     outer one installed, with its own ``reshape_may_copy``)."""
-    was_installed = is_installed()
-    had_kernels = was_installed and _saved is not None and _saved.kernels is not None
+    before = None if _saved is None else _saved.mode
     install(reshape_may_copy=reshape_may_copy)
     try:
         yield
     finally:
-        if not was_installed:
+        if before is None:
             uninstall()
         else:
-            install(reshape_may_copy=had_kernels)
+            install(reshape_may_copy=before)
 
 
 def clear_dtensor_caches() -> None:
     """Empty DTensor's sharding-propagation caches: the Python LRU cache and the C++
     fast-path cache (the latter is per thread; this clears the calling thread's), and the
-    MayCopy kernels' cache of input targets."""
+    reshape family's cache of input targets."""
     propagator = DTensor._op_dispatcher.sharding_propagator
     propagator.propagate_op_sharding.cache.cache_clear()
     torch._C._clear_DTensor_sharding_propagator_cache()

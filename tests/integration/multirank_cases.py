@@ -81,6 +81,7 @@ class Op:
     fn: Callable[..., torch.Tensor]
     strict: bool  # may raise RedistributionRequired instead of communicating
     inference: bool = False  # run under torch.inference_mode()
+    no_grad: bool = False  # run under torch.no_grad()
     complex_input: bool = False
     # In-place (squeeze_): torch 2.13 leaves the DTensor's global shape as it was (the local
     # tensor and the placements are right), so only the local data and full_tensor() are checked.
@@ -91,9 +92,11 @@ class Op:
 
 OPS: dict[str, Op] = {
     # Tensor.reshape is CompositeImplicitAutograd: outside inference mode it reaches DTensor as
-    # aten.view (strict), under inference mode as aten.reshape. Either way install()'s MayCopy
-    # kernel has moved what must move first, so it never refuses (nor do flatten, unflatten
-    # and ravel, which also end in a strict view).
+    # aten.view (strict), under inference mode as aten.reshape. Either way install()'s reshape
+    # method has moved what must move first, so it never refuses (nor do the flatten,
+    # unflatten and ravel methods, which also end in a strict view). The function forms
+    # (torch.ravel) are reached only by install(reshape_may_copy="dispatcher"): with the
+    # default they stay the strict view.
     "view": Op(lambda t, s: t.view(s), strict=True),
     "reshape": Op(lambda t, s: t.reshape(s), strict=False, backward=True),
     "reshape_inference": Op(lambda t, s: t.reshape(s), strict=False, inference=True),
@@ -119,7 +122,8 @@ OPS: dict[str, Op] = {
     "unflatten": Op(lambda t, d, s: t.unflatten(d, s), strict=False, backward=True),
     "movedim": Op(lambda t, a, b: t.movedim(a, b), strict=False),
     "t": Op(lambda t: t.t(), strict=False),
-    "ravel": Op(torch.ravel, strict=False, backward=True),
+    "ravel": Op(lambda t: t.ravel(), strict=False, backward=True),
+    "torch.ravel": Op(torch.ravel, strict=True),
     "broadcast_to": Op(torch.broadcast_to, strict=False),
     "tile": Op(torch.tile, strict=False),
     "atleast_2d": Op(torch.atleast_2d, strict=False),
@@ -132,6 +136,11 @@ OPS: dict[str, Op] = {
     "broadcast_to_inference": Op(torch.broadcast_to, strict=False, inference=True),
     "tile_inference": Op(torch.tile, strict=False, inference=True),
     "atleast_3d_inference": Op(torch.atleast_3d, strict=False, inference=True),
+    # Under no_grad they are decomposed as in grad mode (the Autograd keys stay).
+    "view_no_grad": Op(lambda t, s: t.view(s), strict=True, no_grad=True),
+    "reshape_no_grad": Op(lambda t, s: t.reshape(s), strict=False, no_grad=True),
+    "flatten_no_grad": Op(lambda t, a, b: t.flatten(a, b), strict=False, no_grad=True),
+    "permute_no_grad": Op(lambda t, p: t.permute(p), strict=False, no_grad=True),
 }
 
 
@@ -249,7 +258,15 @@ def cases(world_size: int) -> list[Case]:
 def _mesh_cases(mesh: tuple[int, ...]) -> Iterator[Case]:
     n = math.prod(mesh)
     rng = random.Random(f"cases-{mesh}")
-    view_ops = ("view", "reshape", "reshape_inference", "_unsafe_view", "view_copy")
+    view_ops = (
+        "view",
+        "reshape",
+        "reshape_inference",
+        "_unsafe_view",
+        "view_copy",
+        "view_no_grad",
+        "reshape_no_grad",
+    )
     # (input shape, output shape): even, uneven, size-1 and one-element-per-rank regroupings.
     views = [
         ((n, 4, 6), (4 * n, 6)),
@@ -292,6 +309,10 @@ def _mesh_cases(mesh: tuple[int, ...]) -> Iterator[Case]:
         ("flatten", (n + 2, 2, 3), (0, 1)),
         ("flatten", (n, 2), (0, 1)),  # a trailing size-2 dim: a real view, not complex pairs
         ("ravel", (3, n + 1), ()),
+        ("torch.ravel", (3, n + 1), ()),
+        ("torch.ravel", (n, 6), ()),
+        ("flatten_no_grad", (n + 2, 2, 3), (0, 1)),
+        ("permute_no_grad", (n, 4, 6), ((2, 0, 1),)),
         ("movedim", (n, 4, 6), (0, -1)),
         ("t", (n, 6), ()),
         ("ravel", (n, 6), ()),
@@ -401,10 +422,10 @@ def run_all() -> dict[str, Any]:
     second = {c.name: _guarded(_phase2, c, meshes[c.mesh]) for c in passed}
     second_all = _gather(second)
     verdicts = {c.name: _merge(c.name, first_all, second_all) for c in todo}
-    transformer = run_transformer(
-        meshes.get((2, world // 2)) or init_device_mesh("cpu", (2, world // 2))
-    )
-    return {"cases": verdicts, "transformer": transformer}
+    mesh2d = meshes.get((2, world // 2)) or init_device_mesh("cpu", (2, world // 2))
+    transformer = run_transformer(mesh2d)
+    compiled = run_compiled(mesh2d) if world in COMPILED_WORLDS else {}
+    return {"cases": verdicts, "transformer": transformer, "compiled": compiled}
 
 
 def _gather(local: dict[str, dict[str, Any]]) -> list[dict[str, dict[str, Any]]]:
@@ -449,7 +470,13 @@ def _verdict(
 
 @contextlib.contextmanager
 def _mode(op: Op) -> Iterator[None]:
-    with torch.inference_mode() if op.inference else contextlib.nullcontext():
+    if op.inference:
+        mode: contextlib.AbstractContextManager[Any] = torch.inference_mode()
+    elif op.no_grad:
+        mode = torch.no_grad()
+    else:
+        mode = contextlib.nullcontext()
+    with mode:
         yield
 
 
@@ -758,3 +785,53 @@ def _transformer_once(
         "by_kind": counts,
         "error": "",
     }
+
+
+# --------------------------------------------------------------------------------------------
+# torch.compile of views that keep sharding as _StridedShard (strided_steps.py)
+
+COMPILED_WORLDS = (4, 8)
+COMPILE_BACKENDS = ("eager", "aot_eager")
+
+
+def run_compiled(mesh: DeviceMesh) -> dict[str, Any]:
+    """Each step compiled with fullgraph=True (on DTensor caches that have not seen its views)
+    and run for five steps of new inputs: the number of graphs, and whether every output
+    equals eager's on this rank and plain torch's result."""
+    import warnings
+
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    from cute_shard.integration import clear_dtensor_caches
+
+    from .strided_steps import STEPS, global_inputs, inputs
+
+    report: dict[str, Any] = {}
+    for name, step in STEPS.items():
+        for backend in COMPILE_BACKENDS:
+            torch._dynamo.reset()
+            clear_dtensor_caches()
+            counter = CompileCounterWithBackend(backend)
+            compiled = torch.compile(step, backend=counter, fullgraph=True)
+            problems: list[str] = []
+            try:
+                for seed in range(5):
+                    args = inputs(mesh, name, seed)
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        got = compiled(*args).to_local()
+                    want = step(*args).to_local()
+                    plain = step(*global_inputs(tuple(mesh.shape), name, seed), gather=False)
+                    if not torch.allclose(got, want, rtol=1e-5, atol=1e-5):
+                        problems.append(f"seed {seed}: compiled differs from eager")
+                    if not torch.allclose(got, plain, rtol=1e-4, atol=1e-4):
+                        problems.append(f"seed {seed}: differs from plain torch")
+            except Exception as e:
+                problems.append(f"{type(e).__name__}: {str(e).splitlines()[0][:300]}")
+            report[f"{name} / {backend}"] = {
+                "ok": not problems,
+                "frames": counter.frame_count,
+                "error": "; ".join(problems),
+            }
+    torch._dynamo.reset()
+    return report

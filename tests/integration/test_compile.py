@@ -5,10 +5,16 @@ each rank's data is real and the compiled result must equal eager exactly. The b
 view side of a transformer layer: head split and merge, token flatten and back, with the batch
 sharded on mesh dim 0 and the hidden dim on mesh dim 1.
 
-A reshape that needs communication (outside inference mode, through install()'s MayCopy
-kernel) compiles too: its redistribution is traced into the forward graph as the collective
-eager runs. The fake group's collectives move no data, so there only placements, shapes and
-the graph are compared.
+A reshape that needs communication (outside inference mode, through install()'s reshape
+methods: torch.compile records each as one call) compiles too: its redistribution is traced
+into the forward graph as the collective eager runs. The fake group's collectives move no data,
+so there only placements, shapes and the graph are compared.
+
+Views whose outputs are ``_StridedShard`` (``strided_steps.py``) compile with fullgraph=True on
+cold DTensor caches, once for five steps; torch 2.13 alone fails there (its redistribute
+planner computes a ``_StridedShard``'s local size from fake index tensors; pinned in
+``test_torch_2_13.py``), and install() computes it on real ones. The same steps run on gloo
+ranks in ``multirank_cases.py``.
 """
 
 from __future__ import annotations
@@ -20,12 +26,14 @@ import pytest
 import torch
 from torch._dynamo.testing import AotEagerAndRecordGraphs, CompileCounterWithBackend
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-from torch.distributed.tensor import DTensor, Replicate, Shard
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 from torch.distributed.tensor.debug import CommDebugMode
+from torch.distributed.tensor.placement_types import _StridedShard
 
 import cute_shard
 from cute_shard import integration
 
+from . import strided_steps
 from .conftest import fake_world
 
 SEQ, HIDDEN, HEADS = 16, 256, 4
@@ -142,3 +150,42 @@ def test_a_reshape_that_needs_communication_compiles(mesh: DeviceMesh, dynamic: 
         if "c10d_functional" in str(node.target) and "wait_tensor" not in str(node.target)
     ]
     assert len(traced) == comm.get_total_counts() == 1
+
+
+# --------------------------------------------------------------------------------------------
+# Views that keep sharding as _StridedShard (strided_steps.py), compiled with cold caches
+
+
+@pytest.mark.filterwarnings("ignore:Your compiler for AOTAutograd is returning a function")
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+@pytest.mark.parametrize("name", ["strided", "attention"])
+def test_strided_views_compile_once_and_equal_eager(
+    mesh: DeviceMesh, backend: str, name: str
+) -> None:
+    """fullgraph=True on DTensor caches that have not seen these views: one graph for five
+    steps, each equal to eager (without the final gather: the fake group moves no data). With
+    the gather, the collective is in the graph and the placements are eager's."""
+    step = strided_steps.STEPS[name]
+    for gather in (False, True):
+        torch._dynamo.reset()
+        integration.clear_dtensor_caches()
+        counter = CompileCounterWithBackend(backend)
+        compiled = torch.compile(step, backend=counter, fullgraph=True)
+        for seed in range(5):
+            args = strided_steps.inputs(mesh, name, seed)
+            got = compiled(*args, gather=gather)
+            want = step(*args, gather=gather)
+            assert got.placements == want.placements and got.shape == want.shape
+            assert got.device_mesh is mesh
+            if not gather:
+                assert torch.equal(got.to_local(), want.to_local())
+        assert counter.frame_count == 1
+    strided = strided_steps.STEPS[name](*strided_steps.inputs(mesh, name), gather=False)
+    assert strided.placements == (
+        (Shard(0), Shard(1)) if name == "strided" else (Shard(0), Partial())
+    )
+
+
+def test_the_strided_step_keeps_a_strided_shard(mesh: DeviceMesh) -> None:
+    x, _ = strided_steps.inputs(mesh, "strided")
+    assert x.view(-1, x.shape[-1]).placements == (Shard(0), _StridedShard(0, split_factor=2))

@@ -74,7 +74,9 @@ DECOMPOSED_OPS = {
 
 
 # The reshape family: CompositeImplicitAutograd ops that may copy and end in a strict view.
-# install() registers a MayCopy kernel for each at PythonTLSSnapshot (reshape_as calls reshape).
+# By default install() sets these DTensor methods; with reshape_may_copy="dispatcher" it
+# registers a MayCopy kernel for each op below at PythonTLSSnapshot (reshape_as calls reshape).
+MAY_COPY_METHODS = ("reshape", "reshape_as", "flatten", "unflatten", "ravel")
 MAY_COPY_OPS = {
     aten.reshape.default,
     aten.flatten.using_ints,
@@ -126,6 +128,8 @@ def test_install_replaces_exactly_the_view_ops_and_uninstall_restores_the_same_o
     before = dict(p.op_strategy_funcs)
     before_single = dict(p.op_single_dim_strategy_funcs)
     before_info = dict(p.op_to_schema_info)
+    torch_cache = p.propagate_op_sharding
+    strided_local_size = _StridedShard.local_shard_size_and_offset
     cute_shard.install()
     for op in TORCH_VIEW_OPS:
         strategy = p.op_strategy_funcs[op]
@@ -139,7 +143,10 @@ def test_install_replaces_exactly_the_view_ops_and_uninstall_restores_the_same_o
     for op in DECOMPOSED_OPS:
         assert isinstance(p.op_strategy_funcs[op], integration.Decompose)
     assert {k.overload for k in integration.may_copy_kernels()} == MAY_COPY_OPS
-    assert all(has_kernel(op) for op in MAY_COPY_OPS)
+    assert not any(has_kernel(op) for op in MAY_COPY_OPS)  # the default: methods
+    assert set(MAY_COPY_METHODS) <= DTensor.__dict__.keys()
+    assert isinstance(p.propagate_op_sharding_non_cached, integration.ViewPropagation)
+    assert p.propagate_op_sharding is not torch_cache
     composite = COMPOSITE_VIEW_OPS | DECOMPOSED_OPS
     replaced = set(TORCH_VIEW_OPS) | composite
     others = {op: f for op, f in p.op_strategy_funcs.items() if op not in replaced}
@@ -154,6 +161,10 @@ def test_install_replaces_exactly_the_view_ops_and_uninstall_restores_the_same_o
     assert not composite & p.op_strategy_funcs.keys()
     assert p.op_to_schema_info == before_info
     assert not any(has_kernel(op) for op in MAY_COPY_OPS)
+    assert not set(MAY_COPY_METHODS) & DTensor.__dict__.keys()
+    assert "propagate_op_sharding_non_cached" not in vars(p)  # the class's method again
+    assert p.propagate_op_sharding is torch_cache
+    assert _StridedShard.local_shard_size_and_offset is strided_local_size
 
 
 def test_install_and_uninstall_are_idempotent() -> None:
@@ -190,13 +201,14 @@ def test_enabled_is_reentrant_and_restores_the_previous_state() -> None:
 
 
 def test_every_overload_is_reached_by_the_ops_the_tests_run(mesh24: DeviceMesh) -> None:
-    """The multi-rank suite's ops, between them, go through every replaced strategy."""
+    """The multi-rank suite's ops, between them, reach the decision of every replaced
+    strategy (through the fast path or the ViewStrategy)."""
     reached: set[Any] = set()
-    real_call = integration.ViewStrategy.__call__
+    real_decide = integration.ViewOp.decide
 
-    def spy(self: integration.ViewStrategy, schema: OpSchema) -> OpStrategy:
-        reached.add(self.op.overload)
-        return real_call(self, schema)
+    def spy(self: integration.ViewOp, *args: Any) -> Any:
+        reached.add(self.overload)
+        return real_decide(self, *args)
 
     args: dict[str, tuple[tuple[int, ...], tuple[Any, ...]]] = {
         "view": ((8, 6), ((48,),)),
@@ -234,19 +246,24 @@ def test_every_overload_is_reached_by_the_ops_the_tests_run(mesh24: DeviceMesh) 
         "broadcast_to_inference": ((1, 6), ((8, 6),)),
         "tile_inference": ((8, 6), ((2, 1),)),
         "atleast_3d_inference": ((8, 6), ()),
+        "torch.ravel": ((8, 6), ()),
+        "view_no_grad": ((8, 6), ((48,),)),
+        "reshape_no_grad": ((8, 6), ((48,),)),
+        "flatten_no_grad": ((8, 6, 2), (0, 1)),
+        "permute_no_grad": ((8, 6), ((1, 0),)),
     }
     assert set(args) == set(OPS)
     cute_shard.install()
-    integration.ViewStrategy.__call__ = spy  # type: ignore[method-assign]
+    integration.ViewOp.decide = spy  # type: ignore[method-assign]
     try:
         for name, (shape, op_args) in args.items():
             op = OPS[name]
             dtype = torch.complex64 if op.complex_input else torch.float32
             dt = dtensor(shape, mesh24, (Shard(0), Rep), dtype)
-            with torch.inference_mode() if op.inference else torch.enable_grad():
+            with torch.inference_mode(op.inference), torch.set_grad_enabled(not op.no_grad):
                 op.fn(dt, *op_args)
     finally:
-        integration.ViewStrategy.__call__ = real_call  # type: ignore[method-assign]
+        integration.ViewOp.decide = real_decide  # type: ignore[method-assign]
     assert reached == set(TORCH_VIEW_OPS) | (
         COMPOSITE_VIEW_OPS
         - {aten.atleast_1d.default, aten.atleast_2d.default, aten.movedim.intlist}
@@ -498,23 +515,56 @@ def test_composite_view_ops_under_inference_mode(world8: None, name: str) -> Non
 
 
 # --------------------------------------------------------------------------------------------
-# The reshape family outside inference mode: the MayCopy kernels
+# The reshape family outside inference mode: the methods (default) and the MayCopy kernels
 
-# (mesh, global shape, placements, op), each on 8 ranks. Each needs communication; in grad
-# mode DTensor sees only the strict aten.view that the op decomposes into.
-MAY_COPY_CASES: dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[Any, ...], Any]] = {
-    "reshape, uneven flatten": ((8,), (6, 256), (Shard(0),), lambda t: t.reshape(1536)),
-    "reshape, uneven unflatten": ((8,), (10, 12), (Shard(0),), lambda t: t.reshape(2, 5, 12)),
-    "reshape on 2x4": ((2, 4), (8, 16, 32), (Shard(0), Shard(1)), lambda t: t.reshape(16, 8, 32)),
+# (mesh, global shape, placements, op, the modes that reach it), each on 8 ranks. Each needs
+# communication; in grad mode DTensor sees only the strict aten.view that the op decomposes
+# into. The DTensor methods reach method calls (nn.Flatten calls one); only the dispatcher's
+# kernels reach the function forms.
+BOTH = ("methods", "dispatcher")
+MAY_COPY_CASES: dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[Any, ...], Any, Any]] = {
+    "reshape, uneven flatten": ((8,), (6, 256), (Shard(0),), lambda t: t.reshape(1536), BOTH),
+    "reshape, uneven unflatten": (
+        (8,),
+        (10, 12),
+        (Shard(0),),
+        lambda t: t.reshape(2, 5, 12),
+        BOTH,
+    ),
+    "reshape on 2x4": (
+        (2, 4),
+        (8, 16, 32),
+        (Shard(0), Shard(1)),
+        lambda t: t.reshape(16, 8, 32),
+        BOTH,
+    ),
     # Not viewable: reshape decomposes into clone + _unsafe_view.
-    "reshape of a transpose": ((8,), (4, 6), (Shard(1),), lambda t: t.t().reshape(24)),
-    "reshape_as": ((8,), (6, 256), (Shard(0),), lambda t: t.reshape_as(torch.empty(1536))),
-    "flatten": ((2, 4), (6, 3, 4), (Shard(0), Shard(1)), lambda t: t.flatten(1, 2)),
-    "torch.flatten": ((2, 4), (6, 3, 4), (Shard(1), Shard(0)), lambda t: torch.flatten(t, 0, 1)),
-    "nn.Flatten": ((8,), (3, 4, 6), (Shard(1),), torch.nn.Flatten(0)),
-    "unflatten": ((8,), (12, 6), (Shard(0),), lambda t: t.unflatten(0, (3, 4))),
-    "ravel": ((2, 4), (6, 8), (Shard(1), Shard(0)), torch.ravel),
+    "reshape of a transpose": ((8,), (4, 6), (Shard(1),), lambda t: t.t().reshape(24), BOTH),
+    "reshape_as": (
+        (8,),
+        (6, 256),
+        (Shard(0),),
+        lambda t: t.reshape_as(torch.empty(1536)),
+        BOTH,
+    ),
+    "flatten": ((2, 4), (6, 3, 4), (Shard(0), Shard(1)), lambda t: t.flatten(1, 2), BOTH),
+    "nn.Flatten": ((8,), (3, 4, 6), (Shard(1),), torch.nn.Flatten(0), BOTH),
+    "unflatten": ((8,), (12, 6), (Shard(0),), lambda t: t.unflatten(0, (3, 4)), BOTH),
+    "ravel": ((2, 4), (6, 8), (Shard(1), Shard(0)), lambda t: t.ravel(), BOTH),
+    "torch.flatten": (
+        (2, 4),
+        (6, 3, 4),
+        (Shard(1), Shard(0)),
+        lambda t: torch.flatten(t, 0, 1),
+        ("dispatcher",),
+    ),
+    "torch.ravel": ((2, 4), (6, 8), (Shard(1), Shard(0)), torch.ravel, ("dispatcher",)),
 }
+MAY_COPY_RUNS = [
+    pytest.param(name, mode, id=f"{name}-{mode}")
+    for name, case in MAY_COPY_CASES.items()
+    for mode in case[4]
+]
 
 
 def engine_target(dt: DTensor, out_shape: tuple[int, ...]) -> tuple[Any, ...]:
@@ -527,14 +577,16 @@ def engine_target(dt: DTensor, out_shape: tuple[int, ...]) -> tuple[Any, ...]:
     return tuple(target)
 
 
-@pytest.mark.parametrize("name", MAY_COPY_CASES)
-def test_reshape_family_redistributes_what_the_engine_moves(world8: None, name: str) -> None:
+@pytest.mark.parametrize(("name", "mode"), MAY_COPY_RUNS)
+def test_reshape_family_redistributes_what_the_engine_moves(
+    world8: None, name: str, mode: str
+) -> None:
     """In grad mode: the op succeeds on the caller's mesh, communicating exactly what
     redistributing the input to the engine's input target takes (and that is not nothing);
     the output is what the view gives after that redistribution."""
-    mesh_shape, shape, placements, fn = MAY_COPY_CASES[name]
+    mesh_shape, shape, placements, fn, _ = MAY_COPY_CASES[name]
     mesh = init_device_mesh("cpu", mesh_shape)
-    cute_shard.install()
+    cute_shard.install(reshape_may_copy=mode)  # type: ignore[arg-type]
     dt = dtensor(shape, mesh, placements)
     with CommDebugMode() as comm:
         out = fn(dt)
@@ -549,6 +601,18 @@ def test_reshape_family_redistributes_what_the_engine_moves(world8: None, name: 
     assert tuple(out.shape) == out_shape and out.device_mesh is mesh
     assert out.placements == moved.reshape(out_shape).placements
     assert oracle.is_canonical(out.placements)
+
+
+def test_methods_do_not_reach_the_function_forms(world8: None) -> None:
+    """With the default methods, torch.flatten / torch.ravel stay the strict view they
+    decompose into (as without install(reshape_may_copy="dispatcher"))."""
+    cute_shard.install()
+    for name in ("torch.flatten", "torch.ravel"):
+        mesh_shape, shape, placements, fn, _ = MAY_COPY_CASES[name]
+        dt = dtensor(shape, init_device_mesh("cpu", mesh_shape), placements)
+        with pytest.raises(RuntimeError) as info:
+            fn(dt)
+        assert isinstance(info.value.__cause__, RedistributionRequired)
 
 
 def on_all_ranks(
@@ -580,10 +644,12 @@ def on_all_ranks(
     return everywhere(got, want.detach()), everywhere(grad, plain.grad)
 
 
-@pytest.mark.parametrize("name", MAY_COPY_CASES)
-def test_reshape_family_data_and_gradients_on_every_rank(world8: None, name: str) -> None:
-    cute_shard.install()
-    assert on_all_ranks(*MAY_COPY_CASES[name]) == (True, True)
+@pytest.mark.parametrize(("name", "mode"), MAY_COPY_RUNS)
+def test_reshape_family_data_and_gradients_on_every_rank(
+    world8: None, name: str, mode: str
+) -> None:
+    cute_shard.install(reshape_may_copy=mode)  # type: ignore[arg-type]
+    assert on_all_ranks(*MAY_COPY_CASES[name][:4]) == (True, True)
 
 
 def test_gradients_are_torchs_where_torch_handles_the_reshape(world8: None) -> None:
@@ -597,14 +663,15 @@ def test_gradients_are_torchs_where_torch_handles_the_reshape(world8: None) -> N
     for case in cases:
         cute_shard.uninstall()
         assert on_all_ranks(*case) == (True, True)
-        cute_shard.install()
-        assert on_all_ranks(*case) == (True, True)
+        for mode in BOTH:
+            cute_shard.install(reshape_may_copy=mode)  # type: ignore[arg-type]
+            assert on_all_ranks(*case) == (True, True)
 
 
 def test_merging_a_sharded_trailing_size_two_dim_needs_no_communication(
     mesh24: DeviceMesh,
 ) -> None:
-    """The kernels ask the engine about a real view: a trailing size-2 dim is not a
+    """The methods ask the engine about a real view: a trailing size-2 dim is not a
     (real, imag) pair that view_as_complex would need whole on one rank."""
     cute_shard.install()
     dt = dtensor((4, 2), mesh24, (Shard(1), Shard(0)))
@@ -614,70 +681,98 @@ def test_merging_a_sharded_trailing_size_two_dim_needs_no_communication(
     assert out.placements == (_StridedShard(0, split_factor=4), Shard(0))
 
 
-def test_reshapes_inside_other_ops_redistribute_too(world8: None) -> None:
-    """matmul folds a 3-D input with reshape (torch's C++ calls it through the dispatcher):
-    a batch sharded unevenly, which torch and a strict view refuse to flatten, is gathered."""
+def _matmul(t: torch.Tensor) -> torch.Tensor:
     weight = torch.arange(32.0).reshape(8, 4)
+    if isinstance(t, DTensor):
+        from torch.distributed.tensor import distribute_tensor
 
-    def matmul(t: torch.Tensor) -> torch.Tensor:
-        if isinstance(t, DTensor):
-            from torch.distributed.tensor import distribute_tensor
+        return t @ distribute_tensor(weight, t.device_mesh, [Rep], src_data_rank=None)
+    return t @ weight
 
-            return t @ distribute_tensor(weight, t.device_mesh, [Rep], src_data_rank=None)
-        return t @ weight
 
+def test_reshapes_inside_other_ops_redistribute_with_the_dispatcher_kernels(
+    world8: None,
+) -> None:
+    """matmul folds a 3-D input with reshape (torch's C++ calls it through the dispatcher):
+    a batch sharded unevenly, which torch and a strict view refuse to flatten, is gathered by
+    the dispatcher's kernels; the methods do not see that reshape, so it stays strict."""
+    cute_shard.install(reshape_may_copy="dispatcher")
+    assert on_all_ranks((8,), (3, 5, 8), (Shard(0),), _matmul) == (True, True)
     cute_shard.install()
-    assert on_all_ranks((8,), (3, 5, 8), (Shard(0),), matmul) == (True, True)
+    with pytest.raises(RuntimeError, match="view needs communication"):
+        on_all_ranks((8,), (3, 5, 8), (Shard(0),), _matmul)
 
 
 def test_view_stays_strict_where_reshape_redistributes(mesh24: DeviceMesh) -> None:
-    cute_shard.install()
-    dt = dtensor((6, 8), mesh24, (Shard(1), Shard(0)))
-    with pytest.raises(RuntimeError) as info:
-        dt.view(48)
-    assert isinstance(info.value.__cause__, RedistributionRequired)
-    assert dt.reshape(48).shape == (48,)
+    for mode in BOTH:
+        cute_shard.install(reshape_may_copy=mode)  # type: ignore[arg-type]
+        dt = dtensor((6, 8), mesh24, (Shard(1), Shard(0)))
+        with pytest.raises(RuntimeError) as info:
+            dt.view(48)
+        assert isinstance(info.value.__cause__, RedistributionRequired)
+        assert dt.reshape(48).shape == (48,)
 
 
 def test_without_may_copy_the_reshape_family_stays_a_strict_view(mesh24: DeviceMesh) -> None:
-    """install(reshape_may_copy=False) registers no kernel: outside inference mode a reshape
-    is the strict view torch makes of it, and one that needs communication raises ours."""
-    cute_shard.install(reshape_may_copy=False)
-    assert integration.is_installed()
-    assert not any(has_kernel(op) for op in MAY_COPY_OPS)
-    dt = dtensor((6, 8), mesh24, (Shard(1), Shard(0)))
-    for fn in (lambda t: t.reshape(48), lambda t: t.flatten()):
-        with pytest.raises(RuntimeError) as info:
-            fn(dt)
-        assert isinstance(info.value.__cause__, RedistributionRequired)
-    assert dt.reshape(6, 2, 4).placements == (Shard(1), Shard(0))  # free: nothing moves
-    with torch.inference_mode():  # aten.reshape's own (non-strict) strategy: mesh dim 1 moves
-        assert dt.reshape(48).placements == (_StridedShard(0, split_factor=6), Rep)
+    """install(reshape_may_copy="off") sets no method and registers no kernel: outside
+    inference mode a reshape is the strict view torch makes of it, and one that needs
+    communication raises ours."""
+    for off in ("off", False):
+        cute_shard.uninstall()
+        cute_shard.install(reshape_may_copy=off)
+        assert integration.is_installed() and integration.may_copy_mode() == "off"
+        assert not any(has_kernel(op) for op in MAY_COPY_OPS)
+        assert not set(MAY_COPY_METHODS) & DTensor.__dict__.keys()
+        dt = dtensor((6, 8), mesh24, (Shard(1), Shard(0)))
+        for fn in (lambda t: t.reshape(48), lambda t: t.flatten()):
+            with pytest.raises(RuntimeError) as info:
+                fn(dt)
+            assert isinstance(info.value.__cause__, RedistributionRequired)
+        assert dt.reshape(6, 2, 4).placements == (Shard(1), Shard(0))  # free: nothing moves
+        with torch.inference_mode():  # aten.reshape's own (non-strict) strategy moves mesh dim 1
+            assert dt.reshape(48).placements == (_StridedShard(0, split_factor=6), Rep)
+
+
+def may_copy_state() -> tuple[str | None, bool, bool]:
+    """(mode, any kernel registered, any method set)."""
+    return (
+        integration.may_copy_mode(),
+        any(has_kernel(op) for op in MAY_COPY_OPS),
+        bool(set(MAY_COPY_METHODS) & DTensor.__dict__.keys()),
+    )
 
 
 def test_reshape_may_copy_switches_and_enabled_restores_it(mesh24: DeviceMesh) -> None:
     p = propagator()
+    cute_shard.uninstall()
+    assert may_copy_state() == (None, False, False)
     cute_shard.install()
+    assert may_copy_state() == ("methods", False, True)
     ours = p.op_strategy_funcs[aten.view.default]
-    assert all(has_kernel(op) for op in MAY_COPY_OPS)
-    cute_shard.install(reshape_may_copy=False)
-    assert not any(has_kernel(op) for op in MAY_COPY_OPS)
-    assert p.op_strategy_funcs[aten.view.default] is ours  # only the kernels change
+    fast = p.propagate_op_sharding_non_cached
+    cute_shard.install(reshape_may_copy="dispatcher")
+    assert may_copy_state() == ("dispatcher", True, False)
+    assert p.op_strategy_funcs[aten.view.default] is ours  # only the reshape family changes
+    assert p.propagate_op_sharding_non_cached is fast
+    cute_shard.install(reshape_may_copy=True)
+    assert may_copy_state() == ("methods", False, True)
+    cute_shard.install(reshape_may_copy="off")
+    assert may_copy_state() == ("off", False, False)
     with cute_shard.enabled():
-        assert all(has_kernel(op) for op in MAY_COPY_OPS)
+        assert may_copy_state() == ("methods", False, True)
         dt = dtensor((6, 8), mesh24, (Shard(1), Shard(0)))
         assert dt.reshape(48).shape == (48,)
-    assert not any(has_kernel(op) for op in MAY_COPY_OPS)
-    cute_shard.install()
-    with cute_shard.enabled(reshape_may_copy=False):
-        assert not any(has_kernel(op) for op in MAY_COPY_OPS)
-    assert all(has_kernel(op) for op in MAY_COPY_OPS)
+        with cute_shard.enabled(reshape_may_copy="dispatcher"):
+            assert may_copy_state() == ("dispatcher", True, False)
+        assert may_copy_state() == ("methods", False, True)
+    assert may_copy_state() == ("off", False, False)
     cute_shard.uninstall()
-    assert not any(has_kernel(op) for op in MAY_COPY_OPS)
-    with cute_shard.enabled(reshape_may_copy=False):
-        assert integration.is_installed()
+    with cute_shard.enabled(reshape_may_copy="dispatcher"):
+        assert may_copy_state() == ("dispatcher", True, False)
+    assert may_copy_state() == (None, False, False)
+    with pytest.raises(ValueError, match="reshape_may_copy: expected 'methods', 'dispatcher'"):
+        cute_shard.install(reshape_may_copy="sometimes")  # type: ignore[arg-type]
     assert not integration.is_installed()
-    assert not any(has_kernel(op) for op in MAY_COPY_OPS)
 
 
 def test_only_reshape_family_calls_on_dtensors_reach_the_kernels(
@@ -685,7 +780,7 @@ def test_only_reshape_family_calls_on_dtensors_reach_the_kernels(
 ) -> None:
     """Plain tensors and every other DTensor op never enter Python for a MayCopy kernel (the
     key is one only tensor subclasses and dispatch modes carry)."""
-    cute_shard.install()
+    cute_shard.install(reshape_may_copy="dispatcher")
     reached: list[Any] = []
     real_call = integration.MayCopy.__call__
 
@@ -709,6 +804,32 @@ def test_only_reshape_family_calls_on_dtensors_reach_the_kernels(
     ]
 
 
+def test_only_reshape_family_methods_of_dtensors_reach_the_engine(
+    mesh24: DeviceMesh, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The methods are DTensor's: plain tensors keep torch's, and no other DTensor call asks
+    which mesh dims to move. A repeated call is answered from the cache."""
+    cute_shard.install()
+    asked: list[Any] = []
+    real_target = integration._method_target
+
+    def spy(spec: Any, out_shape: Any, *args: Any) -> Any:
+        asked.append(out_shape.__name__)
+        return real_target(spec, out_shape, *args)
+
+    monkeypatch.setattr(integration, "_method_target", spy)
+    plain = torch.arange(48.0).reshape(6, 8)
+    plain.reshape(48), plain.flatten(), plain.unflatten(1, (2, 4)), plain.ravel()
+    assert torch.Tensor.reshape is not DTensor.reshape
+    dt = dtensor((8, 6), mesh24, (Shard(0), Rep))
+    dt.view(48), dt + dt, dt.sum(), dt.permute(1, 0), dt.unsqueeze(0), torch.ravel(dt)
+    assert asked == []
+    for _ in range(2):
+        dt.reshape(48), dt.flatten(), dt.unflatten(1, (2, 3)), dt.ravel(), dt.reshape_as(dt)
+    assert asked == ["_reshaped", "_flattened", "_unflattened", "_raveled", "_reshaped_as"]
+
+
+@pytest.mark.parametrize("mode", BOTH)
 @pytest.mark.parametrize(
     ("fn", "error", "message"),
     [
@@ -716,12 +837,13 @@ def test_only_reshape_family_calls_on_dtensors_reach_the_kernels(
         (lambda t: t.flatten(1, 0), RuntimeError, "start_dim cannot come after end_dim"),
         (lambda t: t.unflatten(0, (4, 4)), RuntimeError, "unflatten: Provided sizes"),
         (lambda t: t.flatten(0, 5), IndexError, "Dimension out of range"),
+        (lambda t: t.reshape("x"), TypeError, "reshape"),
     ],
 )
 def test_illegal_arguments_raise_torchs_error_without_communicating(
-    mesh24: DeviceMesh, fn: Any, error: type[Exception], message: str
+    mesh24: DeviceMesh, fn: Any, error: type[Exception], message: str, mode: str
 ) -> None:
-    cute_shard.install()
+    cute_shard.install(reshape_may_copy=mode)  # type: ignore[arg-type]
     dt = dtensor((6, 8), mesh24, (Shard(1), Shard(0)))
     with CommDebugMode() as comm, pytest.raises(error, match=message):
         fn(dt)

@@ -16,7 +16,7 @@ import pytest
 from cute_shard import oracle
 
 from .multirank import run_world
-from .multirank_cases import OPS, Case, cases
+from .multirank_cases import COMPILE_BACKENDS, COMPILED_WORLDS, OPS, Case, cases
 
 WORLDS = (4, 6, 8)
 TARGET = "tests.integration.multirank_cases:run_all"
@@ -101,7 +101,7 @@ def _oracle_question(case: Case) -> tuple[str, tuple[Any, ...], bool] | None:
     """The oracle's name for a case's op, its arguments and strictness (None: not asked)."""
     if any(getattr(p, "reduce_op", "sum") != "sum" for p in case.placements):
         return None  # a pending max is reduced first on purpose (view_as_complex)
-    name = case.op.removesuffix("_inference")
+    name = case.op.removesuffix("_inference").removesuffix("_no_grad")
     strict = OPS[case.op].strict
     if name in ("view", "reshape", "_unsafe_view", "view_copy"):
         return "view" if strict else "reshape", case.args, strict
@@ -155,3 +155,17 @@ def test_transformer_step_sequence_over_both_mesh_dims_under_inference(
     report = world(size)["transformer"]
     ours = report["seq over both / inference / cute_shard"]["collectives"]
     assert ours <= report["seq over both / inference / torch"]["collectives"]
+
+
+@pytest.mark.parametrize("size", [w for w in WORLDS if w in COMPILED_WORLDS])
+@pytest.mark.parametrize("backend", COMPILE_BACKENDS)
+@pytest.mark.parametrize("step", ["strided", "attention"])
+def test_views_that_keep_sharding_compile_on_every_rank(
+    world: Callable[[int], dict[str, Any]], size: int, backend: str, step: str
+) -> None:
+    """torch.compile(fullgraph=True) of a step whose views give _StridedShard outputs (and of
+    the attention block), on real gloo ranks: one graph for five steps, each output equal to
+    eager's and to plain torch's on every rank."""
+    run = world(size)["compiled"][f"{step} / {backend}"]
+    assert run["ok"], run["error"]
+    assert run["frames"] == 1

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 from torch.distributed.tensor._dtensor_spec import DTensorSpec
 from torch.distributed.tensor.placement_types import _StridedShard
 
@@ -175,3 +175,66 @@ def test_torch_squeeze_inplace_updates_the_global_shape() -> None:
         out.squeeze_(2)
         assert out.to_local().shape == (2, 6)
         assert out.shape == (8, 6)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="torch 2.13 bug: under torch.compile, an op consuming a _StridedShard DTensor on "
+    "DTensor caches that have not seen it fails with PendingUnbackedSymbolNotFound: the "
+    "redistribute planner computes the _StridedShard's local size by splitting an index "
+    "tensor, and under the fake mode its tolist() mints an unbacked symbol per element "
+    "(install() computes it on real tensors)",
+    raises=torch._dynamo.exc.InternalTorchDynamoError,
+)
+def test_torch_compiles_a_strided_shard_view_on_cold_caches() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x.view(128, 32).sin()  # [S(0), S(1)] -> [S(0), _S(0, sf=4)]
+
+    with fake_world(8):
+        cute_shard.uninstall()
+        torch._dynamo.reset()
+        mesh = init_device_mesh("cpu", (2, 4))
+        x = DTensor.from_local(
+            torch.ones(4, 4, 32),
+            mesh,
+            [Shard(0), Shard(1)],
+            run_check=False,
+            shape=torch.Size((8, 16, 32)),
+            stride=(512, 32, 1),
+        )
+        try:
+            torch.compile(f, backend="eager", fullgraph=True)(x)
+        finally:
+            torch._dynamo.reset()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="torch 2.13 bug: matmul of (batch, heads, seq, d) with the batch on one mesh dim "
+    "(one sequence per rank) and the heads on the other: torch's view propagator folds it to "
+    "a non-canonical [S(0), _S(0, sf=1)] and then refuses to unfold the bmm's output (cute_shard "
+    "gives [S(0), S(0)] and both views are free)",
+    raises=RuntimeError,
+)
+def test_torch_runs_matmul_attention_with_one_sequence_per_data_parallel_rank() -> None:
+    from .strided_steps import attention_step, inputs
+
+    with fake_world(8):
+        cute_shard.uninstall()
+        mesh = init_device_mesh("cpu", (2, 4))
+        attention_step(*inputs(mesh, "attention"), gather=False)
+
+
+def test_cute_shard_runs_matmul_attention_with_one_sequence_per_data_parallel_rank() -> None:
+    from .strided_steps import attention_step, inputs
+
+    with fake_world(8):
+        cute_shard.install()
+        mesh = init_device_mesh("cpu", (2, 4))
+        x, wq, *_ = inputs(mesh, "attention")
+        b, s, _ = x.shape
+        q = (x @ wq).view(b, s, 8, -1).transpose(1, 2)  # (1 per dp rank, 2 heads per tp rank)
+        assert q.placements == (Shard(0), Shard(1))
+        assert q.flatten(0, 1).placements == (Shard(0), Shard(0))  # matmul's fold: free
+        out = attention_step(*inputs(mesh, "attention"), gather=False)
+        assert out.placements == (Shard(0), Partial())
