@@ -233,24 +233,6 @@ class _Symbolic(Exception):
     """An uneven step on a symbolic size: no exact answer for every value of the symbols."""
 
 
-def _locate_even(s: Size, m: int, out_dims: tuple[int, ...] | None, outs: list[Size]) -> Any:
-    """The even step: ``(output axis, lo, hi)`` whose local mode ``L:J`` holds the gpu
-    sub-mode ``m:s`` (``J | s`` and ``s*m | J*L``), split factor ``J*L / (s*m)``; or None."""
-    inner: Size = 1
-    for k in range(len(outs) - 1, -1, -1):
-        if s % inner:
-            return None  # inner only grows by factors: no axis further out divides s either
-        length = outs[k]
-        if out_dims is None or out_dims[k] >= 0:
-            pc = m * (s // inner)
-            if not length % pc:
-                if type(length) is not int or type(pc) is not int:
-                    return k, length // pc, None  # symbolic: one state, its quotient
-                return k, length // pc, (length - 1) // (pc - 1)
-        inner = inner * length
-    return None
-
-
 def _locate(r: Any, m: int, out_dims: tuple[int, ...] | None, outs: list[Size]) -> Any:
     """``(output axis, lo, hi)``: the axis whose labelling by every split factor in
     ``[lo, hi]`` (``hi`` None: no bound) is the word of root ``r``, or None. The axis is where
@@ -260,8 +242,6 @@ def _locate(r: Any, m: int, out_dims: tuple[int, ...] | None, outs: list[Size]) 
     split factors with ``ceil(length / sf) == pc`` all chunk alike."""
     a, full, b = r
     a0, runs, last = a
-    if b is None and runs == m and type(last) is int and last == 0:
-        return _locate_even(a0, m, out_dims, outs)
     if type(a0) is not int:
         return None
     inner = 1
@@ -291,7 +271,11 @@ def _locate(r: Any, m: int, out_dims: tuple[int, ...] | None, outs: list[Size]) 
 
 def _place_one(group: Group, state: State, ax: int, sf: Any, m: int) -> Any:
     """Mesh dim's placement in one state: ``(output axis, lo, hi)``, :data:`CONST` (rank 0
-    holds all of it), None (the state's ranks hold nothing) or a :class:`Fail`."""
+    holds all of it), None (the state's ranks hold nothing) or a :class:`Fail`.
+
+    Even (``sf*m`` divides the local length): the gpu sub-mode ``m:s`` of the flat index,
+    ``s = ch*inner``, lands in the output axis whose local mode ``L:J`` holds it (``J | s``
+    and ``s*m | J*L``), split factor ``J*L / (s*m)``. Otherwise the labelling's root says."""
     ins, outs, empty = state
     if empty:
         return None
@@ -300,9 +284,22 @@ def _place_one(group: Group, state: State, ax: int, sf: Any, m: int) -> Any:
     for x in ins[ax + 1 :]:
         inner = inner * x
     q = sf * m
-    if not length % q:  # even: the gpu sub-mode m:s of the flat index, s = ch*inner
-        hit = _locate_even(length // q * inner, m, group.out_dims, outs)
-        return Fail("straddle", group, state) if hit is None else hit
+    if not length % q:
+        s = length // q * inner
+        out_dims = group.out_dims
+        inner = 1
+        for k in range(len(outs) - 1, -1, -1):
+            if s % inner:
+                break  # inner only grows by factors: no axis further out divides s either
+            size = outs[k]
+            if out_dims is None or out_dims[k] >= 0:
+                pc = m * (s // inner)
+                if not size % pc:
+                    if type(size) is not int or type(pc) is not int:
+                        return k, size // pc, None  # symbolic: one state, its quotient
+                    return k, size // pc, (size - 1) // (pc - 1)
+            inner = inner * size
+        return Fail("straddle", group, state)
     r = root(length, sf, m, inner)
     if r is CONST:
         return CONST
@@ -387,6 +384,12 @@ def split_states(states: list[State], ax: int, sf: Any, k: int, sf_out: Any, m: 
     """The states after a mesh dim (size ``m``) keeps input axis ``ax`` with ``sf`` and output
     axis ``k`` with ``sf_out``: each state's ranks, by their coordinate on it. An even step
     divides a state's lengths in place; an uneven one makes a state per distinct share."""
+    if len(states) == 1:  # the common case: one state, an even step divides it in place
+        ins, outs, _ = states[0]
+        if not ins[ax] % (sf * m) and not outs[k] % (sf_out * m):
+            ins[ax] = ins[ax] // m
+            outs[k] = outs[k] // m
+            return states
     out: list[State] = []
     for state in states:
         ins, outs, empty = state

@@ -119,6 +119,7 @@ def make_plan(
     in_order = True
     is_view = False  # a Flatten or a Split that keeps the size: only view-family ops
     plain = True  # only InputDim, Flatten, Split and Singleton
+    grouped = False  # some spec reads input dims other than whole (a group to route)
     prev: Any = None  # (dims, piece) of the last Split piece, if it was the last spec
     for o, spec in enumerate(rule):
         cls = type(spec)
@@ -161,6 +162,7 @@ def make_plan(
             elif prev != (dims, j - 1):
                 in_order = False  # a view's pieces come in order (size-1 dims between)
             prev = (dims, j)
+            grouped = True
             out.append(sizes[j])
         elif cls is Flatten:
             if static and not ints:
@@ -176,7 +178,7 @@ def make_plan(
             if dims[0] <= last:
                 in_order = False
             last = dims[-1]
-            is_view = True
+            is_view = grouped = True
             prev = None
         elif cls is Singleton:
             out.append(1)
@@ -185,6 +187,9 @@ def make_plan(
                 raise NotStatic
             out.append(_special(spec, o, shape, used, static))
             plain = in_order = False
+            grouped = (
+                grouped or type(getattr(spec, "dim", getattr(spec, "input_dim", None))) is InputDim
+            )
     if -1 in used:
         _check_dropped(rule, shape, used, complex_view)
     if splits is not None:
@@ -197,7 +202,9 @@ def make_plan(
         # drops, unsqueeze only adds); otherwise every dim moves whole.
         is_view = len(out) > len(carry) and -1 in used
     outs = tuple(out)
-    return _readings(rule, shape, complex_view, static, outs, carry, in_order, is_view, ints)
+    return _readings(
+        rule, shape, complex_view, static, outs, carry, in_order, is_view, ints, grouped
+    )
 
 
 def _check_dropped(
@@ -225,6 +232,7 @@ def _readings(
     in_order: bool,
     is_view: bool,
     ints: bool,
+    grouped: bool,
 ) -> Plan:
     """The plan's readings (see the module docstring)."""
     tag = type(rule)
@@ -242,9 +250,15 @@ def _readings(
         if not ints:
             raise NotStatic
         first = Reading(carry, {}, Group(shape, None, out, None, None))
-    else:
+    elif grouped:
         first = _groups(rule, shape, out, carry, -1)
-    pair = -1 if tag is ViewRule or complex_view is False else _complex_pair(rule, shape)
+    else:  # every dim moves whole or is dropped: nothing to route
+        first = Reading(carry, {})
+    pair = (
+        -1
+        if tag is ViewRule or complex_view is False or type(rule[-1]) is not Flatten
+        else _complex_pair(rule, shape)
+    )
     if pair < 0:
         return Plan((first,), out, -1)
     # a flatten of a trailing (n, 2) pair, by an op not known: a view, or view_as_complex

@@ -34,7 +34,7 @@ from torch.distributed.tensor.placement_types import (
     _StridedShard,
 )
 
-from ..rules import DimSpec
+from ..rules import DimSpec, ViewRule
 from .decide import Fail, State, _Symbolic, place, split_states
 from .errors import Blocked, RedistributionRequired, reason
 from .plan import NotStatic, Plan, make_plan
@@ -75,7 +75,9 @@ def propagate_shape_and_sharding(
     shape = global_shape if type(global_shape) is tuple else tuple(global_shape)
     mesh = mesh_shape if type(mesh_shape) is tuple else tuple(mesh_shape)
     norm = parse_placements(placements, len(shape), mesh)
-    ours = _as_rule(rule if isinstance(rule, tuple) else tuple(rule))
+    if type(rule) is not ViewRule:  # (a rule of any other type keeps its type: it may say its op)
+        rule = _as_rule(rule if isinstance(rule, tuple) else tuple(rule))
+    ours = rule
     try:
         plan = make_plan(ours, shape, complex_view, True)
         out, fails = solve(plan, norm, mesh)
@@ -83,14 +85,20 @@ def propagate_shape_and_sharding(
         from .symbolic import propagate_symbolic
 
         plan, out, fails = propagate_symbolic(norm, shape, ours, mesh, complex_view)
-    outs = tuple([_torch(p) for p in out])
+    outs = []
+    for p in out:  # the canonical torch placements (Shard(d) and Replicate shared)
+        if type(p) is tuple:
+            d, sf = p
+            outs.append(_SHARDS[d] if type(sf) is int and sf == 1 and d < 64 else _torch(p))
+        else:
+            outs.append(REPLICATE if p is None else p)
     if not fails:
-        return tuple(placements), outs
+        return tuple(placements), tuple(outs)
     moved = {m for m, _, _ in fails}
     target = tuple(REPLICATE if m in moved else p for m, p in enumerate(placements))
     if strict_view:
         raise RedistributionRequired(lambda: blocked(plan, norm, mesh, fails), target)
-    return target, outs
+    return target, tuple(outs)
 
 
 def blocked(
@@ -113,10 +121,14 @@ def solve(
     A mesh dim's output holds in every reading of the plan: the same output dim, a split
     factor in every reading's range (a carried dim's own). ``facts``: the symbolic sizes'
     ``SymFacts``; the facts asked for a mesh dim that then moves are dropped (moving is
-    valid whatever they are)."""
+    valid whatever they are).
+
+    Each group's states (its ranks' local lengths) are computed when a placement first asks
+    about the group: until then the mesh dims kept on its dims are only noted (``pending``),
+    so a view that carries every sharded dim whole computes none."""
     readings = plan.readings
-    # per group, its ranks' states so far (None: split unevenly on a symbolic size; a
-    # group no placement has asked about yet has no entry, and keeps its carried steps)
+    first = readings[0]
+    rest = readings[1:]
     states: dict[Any, list[State] | None] = {}
     pending: dict[Any, list[Any]] = {}
     out: list[MeshPlacement] = list(norm)
@@ -131,22 +143,28 @@ def solve(
         if size == 1:  # every rank holds everything: any placement reads it back
             out[m] = _unit(plan, d, sf)
             continue
-        mark = 0 if facts is None else facts.mark()
-        hit = _decide(readings[0], states, pending, d, sf, size)
-        for reading in readings[1:]:
+        o = first.carry.get(d)
+        if o is not None and not rest:  # the dim moves whole: its placement carries verbatim
+            found, sf_out = o, sf
+        else:
+            mark = 0 if facts is None else facts.mark()
+            hit = (
+                (o, sf, sf, sf) if o is not None else _decide(first, states, pending, d, sf, size)
+            )
+            for reading in rest:
+                if type(hit) is Fail:
+                    break
+                hit = _meet(hit, _decide(reading, states, pending, d, sf, size))
             if type(hit) is Fail:
-                break
-            hit = _meet(hit, _decide(reading, states, pending, d, sf, size))
-        if type(hit) is Fail:
-            if facts is not None:
-                facts.drop(mark)
-            fails.append((m, d, hit))
-            out[m] = None
-            continue
-        found = hit[0]
-        sf_out = hit[1] if hit[3] is None else hit[3]
+                if facts is not None:
+                    facts.drop(mark)
+                fails.append((m, d, hit))
+                out[m] = None
+                continue
+            found = hit[0]
+            sf_out = hit[1] if hit[3] is None else hit[3]
         out[m] = (found, sf_out)
-        for reading in readings:
+        for reading in readings:  # the groups' ranks split by the kept mesh dim
             group = reading.view or reading.group_of.get(d)
             if group is None:
                 continue
@@ -154,18 +172,17 @@ def solve(
                 step = (d, sf, found, sf_out, size)
             else:
                 step = (group.axis[d], sf, group.out_dims.index(found), sf_out, size)
-
-            if group in states:
-                st = states[group]
-                if st is not None:
-                    try:
-                        states[group] = split_states(st, *step)
-                    except _Symbolic:
-                        states[group] = None  # later mesh dims of this group cannot decide
-            elif group in pending:
-                pending[group].append(step)
-            else:
-                pending[group] = [step]
+            st = states.get(group, ())
+            if st:
+                try:
+                    states[group] = split_states(st, *step)
+                except _Symbolic:
+                    states[group] = None  # later mesh dims of this group cannot decide
+            elif st is not None:
+                if group in pending:
+                    pending[group].append(step)
+                else:
+                    pending[group] = [step]
     return out, fails
 
 
@@ -197,7 +214,7 @@ def _decide(
     if type(placed) is Fail:
         return placed
     k, lo, hi = placed  # type: ignore[misc]
-    return group.out_dim(k), lo, hi, None
+    return (k if group.out_dims is None else group.out_dims[k]), lo, hi, None
 
 
 def _meet(a: Any, b: Any) -> Any:
