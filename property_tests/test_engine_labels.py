@@ -3,7 +3,7 @@
 A placement of one mesh dim labels every element of the local flat index with the coordinate
 of the rank that keeps it. The step's claims, each checked by writing the labels out:
 
-1. ``chunk_len`` is how many rows ``torch.chunk``-style ``Shard``/``_StridedShard`` leave the
+1. ``chunk_lens`` is how many rows ``torch.chunk``-style ``Shard``/``_StridedShard`` leave the
    rank at each coordinate (the oracle's ``_owner``);
 2. ``root`` is a complete invariant of the labelling: two axes (any lengths, split factors
    and row sizes, one mesh size, the same flat length) label the flat index alike exactly when
@@ -19,7 +19,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from cute_shard import oracle
-from cute_shard.engine.decide import CONST, Fail, Group, chunk_len, place, root
+from cute_shard.engine.decide import CONST, Fail, Group, chunk_lens, place, root
 from property_tests.engine_strategies import ENGINE
 
 LENGTHS = st.integers(1, 24)
@@ -37,8 +37,7 @@ def labels(length: int, sf: int, m: int, inner: int, outer: int) -> list[int]:
 @given(st.integers(0, 40), SF, MESH)
 def test_chunk_len_counts_what_the_oracle_gives_each_rank(length: int, sf: int, m: int) -> None:
     owner = oracle._owner(length, m, sf).tolist()
-    for c in range(m):
-        assert chunk_len(length, sf, m, c) == owner.count(c), (length, sf, m, c)
+    assert chunk_lens(length, sf, m) == [owner.count(c) for c in range(m)], (length, sf, m)
 
 
 @ENGINE

@@ -459,3 +459,12 @@ def test_moves_no_more_than_torch(
     # strict: the error names the mesh dim that moves and suggests the same input target
     with pytest.raises(RuntimeError, match=r"mesh dim 0 .*\[Replicate\(\), Shard\(dim=0\)\]"):
         propagate(placements, shape, rule, mesh, True)
+
+
+@pytest.mark.parametrize("rule", [R.squeeze((1,), 0), ()], ids=["squeeze-rule", "plain-tuple"])
+def test_squeeze_to_0d_of_a_sharded_size_1_dim(rule: Any) -> None:
+    """Found by the uneven property test: an empty rule (a (1,) tensor squeezed to 0-d) that no
+    builder tags crashed the plan with an IndexError."""
+    target, out = propagate([Shard(0)], (1,), rule, (2,), False)
+    assert out == (Rep,)
+    assert_valid((1,), "squeeze", (0,), target, out, (2,), strict=False)

@@ -64,7 +64,6 @@ __all__ = [
     "Fail",
     "Group",
     "State",
-    "chunk_len",
     "chunk_lens",
     "place",
     "root",
@@ -166,40 +165,28 @@ class Fail:
 
 
 def chunk_lens(length: int, sf: int, m: int) -> list[int]:
-    """``[chunk_len(length, sf, m, c) for c in range(m)]``."""
+    """How many of ``length`` rows the rank at each coordinate ``0..m-1`` keeps under
+    ``_StridedShard(sf)`` on a mesh dim of size ``m`` (``sf`` 1: ``Shard``): ``torch.chunk``
+    cuts the dim into pieces of ``pc`` rows (the last one, ``rem`` rows, may be shorter) and
+    each piece into chunks over the ranks (:func:`_piece`); a rank keeps its chunk of every
+    piece."""
     if length == 0:
         return [0] * m
     pc = -(-length // sf)
-    full = length // pc
-    ch = -(-pc // m)
-    rem = length - full * pc
-    chr_ = -(-rem // m)
-    out = []
-    for c in range(m):
-        a = pc - c * ch
-        b = rem - c * chr_
-        out.append(
-            full * (ch if a >= ch else a if a > 0 else 0)
-            + (chr_ if b >= chr_ else b if b > 0 else 0)
-        )
+    full, rem = divmod(length, pc)
+    out = _per_rank(_piece(pc, m, full), m)  # the full pieces, ``full`` rows per row
+    if rem:
+        return [a + b for a, b in zip(out, _per_rank(_piece(rem, m, 1), m), strict=True)]
     return out
 
 
-def chunk_len(length: int, sf: int, m: int, c: int) -> int:
-    """How many of ``length`` rows the rank at coordinate ``c`` keeps under
-    ``_StridedShard(sf)`` on a mesh dim of size ``m`` (``sf`` 1: ``Shard``)."""
-    if length == 0:
-        return 0
-    pc = -(-length // sf)  # torch.chunk's piece; the last one may be shorter
-    full = length // pc
-    ch = -(-pc // m)
-    rem = length - full * pc
-    chr_ = -(-rem // m)
-    a = pc - c * ch
-    b = rem - c * chr_
-    return full * (ch if a >= ch else a if a > 0 else 0) + (
-        chr_ if b >= chr_ else b if b > 0 else 0
-    )
+def _per_rank(piece: tuple[int, int, int], m: int) -> list[int]:
+    """A :func:`_piece` triple as one count per rank: ``runs`` ranks with a run each, then
+    the shorter last run, then ranks with none."""
+    run, runs, last = piece
+    if last:
+        return [run] * runs + [last] + [0] * (m - runs - 1)
+    return [run] * runs + [0] * (m - runs)
 
 
 def _piece(n: int, m: int, inner: Size) -> tuple[Size, int, Size]:
@@ -239,7 +226,10 @@ def _locate(r: Any, m: int, out_dims: tuple[int, ...] | None, outs: list[Size]) 
     the root's first run, ``a0`` elements, is a whole number of the axis's rows: the only one
     that can hold it (an axis further in has rows too short for the pieces, one further out
     rows longer than the run). Pieces of ``pc`` rows are all ``torch.chunk`` looks at, so the
-    split factors with ``ceil(length / sf) == pc`` all chunk alike."""
+    split factors with ``ceil(length / sf) == pc`` all chunk alike.
+
+    A piece of ``pc = runs*c + t`` rows (``t < c``) chunks over ``m`` into the word ``runs``
+    runs of ``c`` rows then ``t`` exactly when its chunk, ``ceil(pc / m)``, is ``c``."""
     a, full, b = r
     a0, runs, last = a
     if type(a0) is not int:
@@ -250,16 +240,18 @@ def _locate(r: Any, m: int, out_dims: tuple[int, ...] | None, outs: list[Size]) 
             return None
         length = outs[k]
         if (out_dims is None or out_dims[k] >= 0) and not last % inner:
-            pc = runs * (a0 // inner) + last // inner
-            if _piece(pc, m, inner) == a:
+            c = a0 // inner
+            pc = runs * c + last // inner
+            if -(-pc // m) == c:
                 if b is None:
                     if not length % pc:
                         if type(length) is not int:
                             return k, length // pc, None  # symbolic: one state
                         return k, length // pc, (length - 1) // (pc - 1)
                 elif type(length) is int and not b[0] % inner and not b[2] % inner:
-                    rem = b[1] * (b[0] // inner) + b[2] // inner
-                    if _piece(rem, m, inner) == b and length == full * pc + rem:
+                    c = b[0] // inner
+                    rem = b[1] * c + b[2] // inner
+                    if -(-rem // m) == c and length == full * pc + rem:
                         lo, hi = -(-length // pc), (length - 1) // (pc - 1)
                         # (no split factor may chunk the axis into pieces of pc rows)
                         return (k, lo, hi) if lo <= hi else None

@@ -256,7 +256,7 @@ def _readings(
         first = Reading(carry, {})
     pair = (
         -1
-        if tag is ViewRule or complex_view is False or type(rule[-1]) is not Flatten
+        if tag is ViewRule or complex_view is False or not rule or type(rule[-1]) is not Flatten
         else _complex_pair(rule, shape)
     )
     if pair < 0:

@@ -46,7 +46,13 @@ __all__ = ["cache_clear", "parse_placements", "propagate_shape_and_sharding", "s
 MeshPlacement = None | tuple[int, Any] | Partial
 
 REPLICATE = Replicate()
-_SHARDS = tuple(Shard(d) for d in range(64))
+# The output placements most views give, made once: placements are immutable values, and
+# constructing a _StridedShard costs more than deciding it. Others are made when first given
+# (a bounded cache, emptied by cache_clear).
+_MADE: dict[tuple[int, int], Placement] = {(d, 1): Shard(d) for d in range(64)}
+_MADE.update(
+    {(d, sf): _StridedShard(d, split_factor=sf) for d in range(8) for sf in range(2, 65)}
+)
 _STRIDED: dict[tuple[int, Any], Placement] = {}
 _STRIDED_LIMIT = 4096
 
@@ -88,8 +94,8 @@ def propagate_shape_and_sharding(
     outs = []
     for p in out:  # the canonical torch placements (Shard(d) and Replicate shared)
         if type(p) is tuple:
-            d, sf = p
-            outs.append(_SHARDS[d] if type(sf) is int and sf == 1 and d < 64 else _torch(p))
+            made = _MADE.get(p) if type(p[1]) is int else None
+            outs.append(_torch(p) if made is None else made)
         else:
             outs.append(REPLICATE if p is None else p)
     if not fails:
@@ -309,8 +315,11 @@ def _torch(p: MeshPlacement) -> Placement:
     dim, sf = p
     if type(sf) is not int:
         return _StridedShard(dim, split_factor=sf)  # a SymInt split factor
+    placement = _MADE.get(p)  # type: ignore[arg-type]
+    if placement is not None:
+        return placement
     if sf == 1:
-        return _SHARDS[dim] if dim < 64 else Shard(dim)
+        return Shard(dim)
     placement = _STRIDED.get(p)  # type: ignore[arg-type]
     if placement is None:
         if len(_STRIDED) >= _STRIDED_LIMIT:

@@ -246,17 +246,6 @@ def _emit_group(
             k += 1
 
 
-def _infer_int(total: int, sizes: tuple[int, ...]) -> tuple[int, ...]:
-    # Fast int-only check of the common cases; anything unusual (a -1, a
-    # mismatch) defers to _infer for inference and the error messages.
-    known = 1
-    for s in sizes:
-        known *= s
-    if known == total and -1 not in sizes:
-        return sizes
-    return _infer(total, sizes, "view_groups", "to_shape")  # type: ignore[return-value]
-
-
 @lru_cache(maxsize=_CACHE_SIZE)
 def _view_groups_int(from_shape: tuple[int, ...], to_shape: tuple[int, ...]) -> ViewRule:
     # Int-only twin of _view_groups_sym with comparisons inlined and specs built unchecked
@@ -264,7 +253,15 @@ def _view_groups_int(from_shape: tuple[int, ...], to_shape: tuple[int, ...]) -> 
     total = 1
     for s in from_shape:
         total *= s
-    to = _infer_int(total, to_shape)
+    known = 1
+    for s in to_shape:
+        known *= s
+    # (a -1, or sizes that do not multiply out: inferred or refused with the full message)
+    to = (
+        to_shape
+        if known == total and -1 not in to_shape
+        else _infer(total, to_shape, "view_groups", "to_shape")
+    )
     if total == 0:
         return _view_rule(_view_groups_empty(from_shape, to))
     out: list[DimSpec] = []
@@ -324,7 +321,7 @@ def _view_groups_int(from_shape: tuple[int, ...], to_shape: tuple[int, ...]) -> 
             continue
         # Split.new(src, group, k) for every piece, with the size-1-free group computed once.
         group = to[t0:ti]
-        kept = tuple([s for s in group if s != 1])
+        kept = tuple([s for s in group if s != 1]) if 1 in group else group
         if len(kept) == 1:
             for s in group:
                 if s != 1 and whole:
