@@ -50,9 +50,7 @@ REPLICATE = Replicate()
 # constructing a _StridedShard costs more than deciding it. Others are made when first given
 # (a bounded cache, emptied by cache_clear).
 _MADE: dict[tuple[int, int], Placement] = {(d, 1): Shard(d) for d in range(64)}
-_MADE.update(
-    {(d, sf): _StridedShard(d, split_factor=sf) for d in range(8) for sf in range(2, 65)}
-)
+_MADE.update({(d, sf): _StridedShard(d, split_factor=sf) for d in range(8) for sf in range(2, 65)})
 _STRIDED: dict[tuple[int, Any], Placement] = {}
 _STRIDED_LIMIT = 4096
 
@@ -154,9 +152,7 @@ def solve(
             found, sf_out = o, sf
         else:
             mark = 0 if facts is None else facts.mark()
-            hit = (
-                (o, sf, sf, sf) if o is not None else _decide(first, states, pending, d, sf, size)
-            )
+            hit = (o, sf, sf, sf) if o is not None else _decide(first, states, pending, d, sf, size)
             for reading in rest:
                 if type(hit) is Fail:
                     break
