@@ -111,11 +111,6 @@ class Group:
         self.out_dims = out_dims
         self.home = home
 
-    def start(self) -> list[State]:
-        """The one state before any mesh dim: the global sizes (lists: an even step divides
-        them in place)."""
-        return [(list(self.in_sizes), list(self.out_sizes), 0 in self.in_sizes)]
-
     def out_dim(self, k: int) -> int:
         return k if self.out_dims is None else self.out_dims[k]
 

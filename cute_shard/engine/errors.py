@@ -31,25 +31,39 @@ class RedistributionRequired(RuntimeError):
     """A strict view (``view``, ``_unsafe_view``, ``squeeze``) would need communication.
 
     ``blocked`` lists every mesh dim that would have to move; ``suggestion`` is the input
-    placement list that would make the view valid without further communication. The
-    reasons are written when first read (a caller that only catches the error pays nothing
-    for them): ``blocked`` may be given as a function that makes the list.
+    placement list that would make the view valid without further communication. Both are
+    worked out when first read (``later``): a caller that only catches the error pays
+    for neither, and the engine stops deciding at the first mesh dim that must move.
     """
 
     def __init__(
         self,
-        blocked: tuple[Blocked, ...] | Callable[[], tuple[Blocked, ...]],
+        blocked: tuple[Blocked, ...] = (),
         suggestion: tuple[object, ...] | None = None,
+        *,
+        later: Callable[[], tuple[tuple[Blocked, ...], tuple[object, ...]]] | None = None,
     ) -> None:
+        """``later``: instead of ``blocked`` and ``suggestion``, the function that gives both
+        when the error is first read."""
         super().__init__()
         self._blocked = blocked
-        self.suggestion = suggestion
+        self._suggestion = suggestion
+        self._details = later
+
+    def _read(self) -> None:
+        if self._details is not None:
+            self._blocked, self._suggestion = self._details()
+            self._details = None
 
     @property
     def blocked(self) -> tuple[Blocked, ...]:
-        if callable(self._blocked):
-            self._blocked = self._blocked()
+        self._read()
         return self._blocked
+
+    @property
+    def suggestion(self) -> tuple[object, ...] | None:
+        self._read()
+        return self._suggestion
 
     def __str__(self) -> str:
         blocked = self.blocked

@@ -74,19 +74,37 @@ class Reading:
         return self.view or self.group_of.get(d)
 
 
-class Plan:
-    """``readings``: the readings an answer must hold in (one, unless the rule's op is not
-    known); ``out_shape``: the output sizes; ``pair``: the (real, imag) input dim of a
-    view_as_complex reading, or -1."""
+class Plan(Reading):
+    """The rule's first reading (its ``carry``, ``group_of``, ``view``), and ``others``: the
+    other readings an answer must hold in (none, unless the rule's op is not known);
+    ``out_shape``: the output sizes; ``pair``: the (real, imag) input dim of a view_as_complex
+    reading, or -1."""
 
-    __slots__ = ("out_shape", "pair", "readings")
+    __slots__ = ("others", "out_shape", "pair")
 
     def __init__(
-        self, readings: tuple[Reading, ...], out_shape: tuple[Size, ...], pair: int
+        self,
+        carry: dict[int, int],
+        group_of: dict[int, Group],
+        view: Group | None,
+        out_shape: tuple[Size, ...],
+        pair: int,
+        others: tuple[Reading, ...] = (),
     ) -> None:
-        self.readings = readings
+        self.carry = carry
+        self.group_of = group_of
+        self.view = view
         self.out_shape = out_shape
         self.pair = pair
+        self.others = others
+
+    @classmethod
+    def of(cls, first: Reading, out_shape: tuple[Size, ...], pair: int, *others: Reading) -> Plan:
+        return cls(first.carry, first.group_of, first.view, out_shape, pair, others)
+
+    @property
+    def readings(self) -> tuple[Reading, ...]:
+        return (self, *self.others)
 
 
 def make_plan(
@@ -101,7 +119,7 @@ def make_plan(
     taken from it as it is."""
     if type(rule) is ViewRule and rule.shape == shape and static and complex_view is not True:
         out = rule.out_shape
-        return Plan((Reading(rule.carry, {}, Group(shape, None, out, None, None)),), out, -1)
+        return Plan(rule.carry, {}, Group(shape, None, out, None, None), out, -1)
     ndim = len(shape)
     ints = True  # (symbolic sizes need the symbolic engine only where the plan computes)
     for n in shape:
@@ -240,12 +258,12 @@ def _readings(
         pair = _complex_pair(rule, shape)
         if pair < 0:
             if len(shape) == 1 and not rule:
-                return Plan((Reading({}, {}),), (), 0)
+                return Plan({}, {}, None, (), 0)
             raise ValueError(
                 f"rule {_fmt(rule)} is not view_as_complex's for shape {shape}: its last output "
                 "dim must flatten the last two input dims, the last of size 2"
             )
-        return Plan((_groups(rule, shape, out, carry, pair),), out, pair)
+        return Plan.of(_groups(rule, shape, out, carry, pair), out, pair)
     if (tag is ViewRule or is_view) and in_order and static:
         if not ints:
             raise NotStatic
@@ -260,9 +278,9 @@ def _readings(
         else _complex_pair(rule, shape)
     )
     if pair < 0:
-        return Plan((first,), out, -1)
+        return Plan.of(first, out, -1)
     # a flatten of a trailing (n, 2) pair, by an op not known: a view, or view_as_complex
-    return Plan((first, _groups(rule, shape, out, carry, pair)), out, pair)
+    return Plan.of(first, out, pair, _groups(rule, shape, out, carry, pair))
 
 
 def _complex_op(rule: Sequence[DimSpec], complex_view: bool | None) -> bool:

@@ -35,7 +35,7 @@ from torch.distributed.tensor.placement_types import (
 )
 
 from ..rules import DimSpec, ViewRule
-from .decide import Fail, State, _Symbolic, place, split_states
+from .decide import Fail, State, _place_one, _Symbolic, place, split_states
 from .errors import Blocked, RedistributionRequired, reason
 from .plan import NotStatic, Plan, make_plan
 
@@ -84,11 +84,15 @@ def propagate_shape_and_sharding(
     ours = rule
     try:
         plan = make_plan(ours, shape, complex_view, True)
-        out, fails = solve(plan, norm, mesh)
+        out, fails = solve(plan, norm, mesh, None, strict_view)
+        every = not strict_view  # (a strict view stops at its first failure)
     except NotStatic:
         from .symbolic import propagate_symbolic
 
         plan, out, fails = propagate_symbolic(norm, shape, ours, mesh, complex_view)
+        every = True
+    if fails and strict_view:
+        raise _refused(plan, norm, mesh, placements, fails if every else None)
     outs = []
     for p in out:  # the canonical torch placements (Shard(d) and Replicate shared)
         if type(p) is tuple:
@@ -97,30 +101,56 @@ def propagate_shape_and_sharding(
         else:
             outs.append(REPLICATE if p is None else p)
     if not fails:
-        return tuple(placements), tuple(outs)
+        return placements if type(placements) is tuple else tuple(placements), tuple(outs)
+    return _target(placements, fails), tuple(outs)
+
+
+def _target(placements: Sequence[Placement], fails: list[Any]) -> tuple[Placement, ...]:
+    """The input target: ``placements`` with the mesh dims that move replicated."""
     moved = {m for m, _, _ in fails}
-    target = tuple(REPLICATE if m in moved else p for m, p in enumerate(placements))
-    if strict_view:
-        raise RedistributionRequired(lambda: blocked(plan, norm, mesh, fails), target)
-    return target, tuple(outs)
+    return tuple(REPLICATE if m in moved else p for m, p in enumerate(placements))
 
 
-def blocked(
-    plan: Plan, norm: Sequence[MeshPlacement], mesh: tuple[int, ...], fails: list[Any]
-) -> tuple[Blocked, ...]:
-    """The ``Blocked`` entries of ``solve``'s failures, with their reasons written out."""
-    out = []
-    for m, d, fail in fails:
-        sf = norm[m][1]  # type: ignore[index]
-        out.append(Blocked(m, d, reason(fail, m, d, sf, mesh[m], plan.pair)))
-    return tuple(out)
+def _refused(
+    plan: Plan,
+    norm: Sequence[MeshPlacement],
+    mesh: tuple[int, ...],
+    placements: Sequence[Placement],
+    fails: list[Any] | None,
+) -> RedistributionRequired:
+    """A strict view's error; what it says is worked out when it is read (:func:`_refusal`)."""
+    return RedistributionRequired(later=lambda: _refusal(plan, norm, mesh, placements, fails))
+
+
+def _refusal(
+    plan: Plan,
+    norm: Sequence[MeshPlacement],
+    mesh: tuple[int, ...],
+    placements: Sequence[Placement],
+    fails: list[Any] | None,
+) -> tuple[tuple[Blocked, ...], tuple[Placement, ...]]:
+    """A strict view's ``(blocked, suggestion)``: every mesh dim that moves with its reason
+    written out, and the input target. ``fails``: ``solve``'s failures, or None if it
+    stopped at the first (it is run again to the end)."""
+    if fails is None:
+        fails = solve(plan, norm, mesh)[1]
+    blocked = tuple(
+        Blocked(m, d, reason(fail, m, d, norm[m][1], mesh[m], plan.pair))  # type: ignore[index]
+        for m, d, fail in fails
+    )
+    return blocked, _target(placements, fails)
 
 
 def solve(
-    plan: Plan, norm: Sequence[MeshPlacement], mesh: tuple[int, ...], facts: Any = None
+    plan: Plan,
+    norm: Sequence[MeshPlacement],
+    mesh: tuple[int, ...],
+    facts: Any = None,
+    stop: bool = False,
 ) -> tuple[list[MeshPlacement], list[tuple[int, int, Fail]]]:
     """The output placement of every mesh dim, in order, and the failures
-    ``(mesh dim, tensor dim, Fail)`` of those that move (their output is Replicate).
+    ``(mesh dim, tensor dim, Fail)`` of those that move (their output is Replicate). ``stop``:
+    return at the first failure (a strict view needs no more to refuse).
 
     A mesh dim's output holds in every reading of the plan: the same output dim, a split
     factor in every reading's range (a carried dim's own). ``facts``: the symbolic sizes'
@@ -130,9 +160,9 @@ def solve(
     Each group's states (its ranks' local lengths) are computed when a placement first asks
     about the group: until then the mesh dims kept on its dims are only noted (``pending``),
     so a view that carries every sharded dim whole computes none."""
-    readings = plan.readings
-    first = readings[0]
-    rest = readings[1:]
+    first = plan
+    rest = plan.others
+    readings = (plan, *rest) if rest else (plan,)
     states: dict[Any, list[State] | None] = {}
     pending: dict[Any, list[Any]] = {}
     out: list[MeshPlacement] = list(norm)
@@ -161,6 +191,8 @@ def solve(
                 if facts is not None:
                     facts.drop(mark)
                 fails.append((m, d, hit))
+                if stop:
+                    return out, fails
                 out[m] = None
                 continue
             found = hit[0]
@@ -203,8 +235,10 @@ def _decide(
         st = states[group]
         if st is None:
             return Fail("symbolic")
-    else:  # the first placement asked about in this group: apply the carried steps so far
-        st = group.start()
+    else:  # the first placement asked about in this group: its one state before any mesh dim
+        # (the global sizes, as lists: an even step divides them in place), then the kept
+        # mesh dims noted so far
+        st = [(list(group.in_sizes), list(group.out_sizes), 0 in group.in_sizes)]
         try:
             for step in pending.pop(group, ()):
                 st = split_states(st, *step)
@@ -212,7 +246,14 @@ def _decide(
             states[group] = None
             return Fail("symbolic")
         states[group] = st
-    placed = place(group, st, d, sf, size)
+    placed = None
+    if len(st) == 1:  # (place's own first step, without its call)
+        try:
+            placed = _place_one(group, st[0], d if group.axis is None else group.axis[d], sf, size)
+        except _Symbolic:
+            placed = None  # place says why
+    if type(placed) is not tuple and type(placed) is not Fail:
+        placed = place(group, st, d, sf, size)  # several states, or no run to place by
     if type(placed) is Fail:
         return placed
     k, lo, hi = placed  # type: ignore[misc]
@@ -238,7 +279,7 @@ def _meet(a: Any, b: Any) -> Any:
 
 def _unit(plan: Plan, d: int, sf: Any) -> MeshPlacement:
     """The output of a mesh dim of size 1 (every rank holds everything)."""
-    reading = plan.readings[0]
+    reading = plan
     carried = reading.carry.get(d)
     if carried is not None:
         return (carried, sf)

@@ -40,7 +40,7 @@ from typing import Any
 from ..rules import Broadcast, DimSpec, InputDim, NewDim, Repeat, Split
 from ..rules._sym import LIMIT, Codes
 from .decide import Fail, _Symbolic
-from .plan import Plan, Reading, make_plan
+from .plan import Plan, make_plan
 
 __all__ = ["Sym", "SymFacts", "propagate_symbolic"]
 
@@ -84,7 +84,7 @@ def _unknown(
     """Nothing can be evaluated: every mesh dim moves, but those whose tensor dim the rule
     moves whole (their placement carries verbatim, whatever the sizes)."""
     carry = {spec.input_dim: o for o, spec in enumerate(rule) if type(spec) is InputDim}
-    plan = Plan((Reading(carry, {}),), (), -1)
+    plan = Plan(carry, {}, None, (), -1)
     out: list[Any] = []
     fails: list[tuple[int, int, Fail]] = []
     for m, p in enumerate(norm):

@@ -54,7 +54,10 @@ from .specs import (
     ViewRule,
     _broadcast_raw,
     _flatten_raw,
-    _split_raw,
+    _new,
+    _set_split_id,
+    _set_split_input,
+    _set_split_shape,
     _view_rule,
 )
 
@@ -332,8 +335,12 @@ def _view_groups_int(from_shape: tuple[int, ...], to_shape: tuple[int, ...]) -> 
         for s in group:
             if s == 1:
                 append(SINGLETON)
-            else:
-                append(_split_raw(src, kept, k))
+            else:  # Split(src, kept, k), built unchecked (the loop guarantees it)
+                piece = _new(Split)
+                _set_split_input(piece, src)
+                _set_split_shape(piece, kept)
+                _set_split_id(piece, k)
+                append(piece)
                 k += 1
     return _view_rule(out, from_shape, to, carry)
 

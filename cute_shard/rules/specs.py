@@ -358,7 +358,7 @@ class Split(DimSpec):
 _new = object.__new__
 _set = object.__setattr__
 # The slots' own setters: a third cheaper than object.__setattr__ by name, and the raw
-# constructors below run on the hot path (a view rule builds one Split per piece).
+# constructors below and the int view builder run on the hot path (one Split per piece).
 _set_split_input = Split.input_dim.__set__  # type: ignore[attr-defined]
 _set_split_shape = Split.group_shape.__set__  # type: ignore[attr-defined]
 _set_split_id = Split.split_id.__set__  # type: ignore[attr-defined]
@@ -366,15 +366,6 @@ _set_flatten_inputs = Flatten.input_dims.__set__  # type: ignore[attr-defined]
 _set_flatten_dims = Flatten.dims.__set__  # type: ignore[attr-defined]
 _set_broadcast_dim = Broadcast.dim.__set__  # type: ignore[attr-defined]
 _set_broadcast_size = Broadcast.dim_size.__set__  # type: ignore[attr-defined]
-
-
-def _split_raw(input_dim: DimSpec, group_shape: tuple[Size, ...], split_id: int) -> Split:
-    """Build a Split without validation, for builders whose loop guarantees it."""
-    s = _new(Split)
-    _set_split_input(s, input_dim)
-    _set_split_shape(s, group_shape)
-    _set_split_id(s, split_id)
-    return s
 
 
 def _flatten_raw(input_dims: tuple[InputDim, ...], dims: tuple[int, ...] | None = None) -> Flatten:
