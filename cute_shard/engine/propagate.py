@@ -167,6 +167,9 @@ def solve(
     pending: dict[Any, list[Any]] = {}
     out: list[MeshPlacement] = list(norm)
     fails: list[tuple[int, int, Fail]] = []
+    last = len(norm) - 1  # the last sharded mesh dim: no mesh dim after it reads the states
+    while last >= 0 and type(norm[last]) is not tuple:
+        last -= 1
     for m, p in enumerate(norm):
         if type(p) is not tuple:
             continue  # Replicate or Partial: carried as it is
@@ -198,6 +201,8 @@ def solve(
             found = hit[0]
             sf_out = hit[1] if hit[3] is None else hit[3]
         out[m] = (found, sf_out)
+        if m == last:
+            break
         for reading in readings:  # the groups' ranks split by the kept mesh dim
             group = reading.view or reading.group_of.get(d)
             if group is None:
