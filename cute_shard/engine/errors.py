@@ -40,12 +40,11 @@ class RedistributionRequired(RuntimeError):
         self,
         blocked: tuple[Blocked, ...] = (),
         suggestion: tuple[object, ...] | None = None,
-        *,
         later: Callable[[], tuple[tuple[Blocked, ...], tuple[object, ...]]] | None = None,
     ) -> None:
         """``later``: instead of ``blocked`` and ``suggestion``, the function that gives both
         when the error is first read."""
-        super().__init__()
+        self.args = ()  # (what RuntimeError.__init__ would do; the message is __str__'s)
         self._blocked = blocked
         self._suggestion = suggestion
         self._details = later

@@ -107,8 +107,10 @@ def propagate_shape_and_sharding(
 
 def _target(placements: Sequence[Placement], fails: list[Any]) -> tuple[Placement, ...]:
     """The input target: ``placements`` with the mesh dims that move replicated."""
-    moved = {m for m, _, _ in fails}
-    return tuple(REPLICATE if m in moved else p for m, p in enumerate(placements))
+    target = list(placements)
+    for m, _, _ in fails:
+        target[m] = REPLICATE
+    return tuple(target)
 
 
 def _refused(
@@ -119,7 +121,7 @@ def _refused(
     fails: list[Any] | None,
 ) -> RedistributionRequired:
     """A strict view's error; what it says is worked out when it is read (:func:`_refusal`)."""
-    return RedistributionRequired(later=lambda: _refusal(plan, norm, mesh, placements, fails))
+    return RedistributionRequired((), None, lambda: _refusal(plan, norm, mesh, placements, fails))
 
 
 def _refusal(
@@ -317,13 +319,13 @@ def parse_placements(
         elif kind is Replicate:
             out.append(None)
             continue
-        elif kind is _StridedShard:
-            sf = p.split_factor
         elif kind is Partial:
             out.append(p)
             continue
-        elif isinstance(p, _StridedShard):
+        elif kind is _StridedShard or isinstance(p, _StridedShard):
             sf = p.split_factor
+            if type(sf) is int and sf < 1:
+                raise ValueError(f"mesh dim {m}: _StridedShard split_factor must be >= 1, got {sf}")
         elif isinstance(p, Shard):
             sf = 1
         elif isinstance(p, Partial):
@@ -334,8 +336,6 @@ def parse_placements(
             continue
         else:
             raise ValueError(f"mesh dim {m}: unsupported placement {p!r}")
-        if type(sf) is int and sf < 1:
-            raise ValueError(f"mesh dim {m}: _StridedShard split_factor must be >= 1, got {sf}")
         dim = p.dim  # type: ignore[union-attr]
         if dim < 0 or dim >= ndim:
             if not -ndim <= dim < ndim:
