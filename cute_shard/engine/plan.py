@@ -98,10 +98,6 @@ class Plan(Reading):
         self.pair = pair
         self.others = others
 
-    @classmethod
-    def of(cls, first: Reading, out_shape: tuple[Size, ...], pair: int, *others: Reading) -> Plan:
-        return cls(first.carry, first.group_of, first.view, out_shape, pair, others)
-
     @property
     def readings(self) -> tuple[Reading, ...]:
         return (self, *self.others)
@@ -205,9 +201,7 @@ def make_plan(
                 raise NotStatic
             out.append(_special(spec, o, shape, used, static))
             plain = in_order = False
-            grouped = (
-                grouped or type(getattr(spec, "dim", getattr(spec, "input_dim", None))) is InputDim
-            )
+            grouped = True  # (a broadcast or repeat of an input dim is a group)
     if -1 in used:
         _check_dropped(rule, shape, used, complex_view)
     if splits is not None:
@@ -263,24 +257,29 @@ def _readings(
                 f"rule {_fmt(rule)} is not view_as_complex's for shape {shape}: its last output "
                 "dim must flatten the last two input dims, the last of size 2"
             )
-        return Plan.of(_groups(rule, shape, out, carry, pair), out, pair)
+        return Plan(*_groups(rule, shape, out, carry, pair), None, out, pair)
+    view = None
+    group_of: dict[int, Group] = {}
     if (tag is ViewRule or is_view) and in_order and static:
         if not ints:
             raise NotStatic
-        first = Reading(carry, {}, Group(shape, None, out, None, None))
+        view = Group(shape, None, out, None, None)
+        carried = carry
     elif grouped:
-        first = _groups(rule, shape, out, carry, -1)
+        carried, group_of = _groups(rule, shape, out, carry, -1)
     else:  # every dim moves whole or is dropped: nothing to route
-        first = Reading(carry, {})
+        carried = carry
     pair = (
         -1
         if tag is ViewRule or complex_view is False or not rule or type(rule[-1]) is not Flatten
         else _complex_pair(rule, shape)
     )
     if pair < 0:
-        return Plan.of(first, out, -1)
+        return Plan(carried, group_of, view, out, -1)
     # a flatten of a trailing (n, 2) pair, by an op not known: a view, or view_as_complex
-    return Plan.of(first, out, pair, _groups(rule, shape, out, carry, pair))
+    return Plan(
+        carried, group_of, view, out, pair, (Reading(*_groups(rule, shape, out, carry, pair)),)
+    )
 
 
 def _complex_op(rule: Sequence[DimSpec], complex_view: bool | None) -> bool:
@@ -376,8 +375,9 @@ def _groups(
     out: tuple[Size, ...],
     carry: dict[int, int],
     pair: int,
-) -> Reading:
-    """The rule group by group (``pair``: view_as_complex's (real, imag) input dim, or -1)."""
+) -> tuple[dict[int, int], dict[int, Group]]:
+    """The rule group by group (``pair``: view_as_complex's (real, imag) input dim, or -1):
+    ``(carry, group_of)`` of its reading."""
     group_of: dict[int, Group] = {}
     carried = carry
     for o, spec in enumerate(rule):
@@ -426,7 +426,7 @@ def _groups(
             continue
         for d in g.axis or ():
             group_of[d] = g
-    return Reading(carried, group_of)
+    return carried, group_of
 
 
 def _bad_dim(d: object, ndim: int) -> None:
