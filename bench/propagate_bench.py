@@ -14,7 +14,9 @@ builders (``view_groups`` / ``dim_*`` from ``torch.distributed.tensor._ops._view
 
 Rounds interleave the two sides (alternating which goes first); a cell reports the median over
 rounds of the mean µs per call, and the speed-up ``torch µs / cute_shard µs``. The overall
-figure is the geometric mean of the per-row speed-ups.
+figure is the geometric mean of the per-row speed-ups; beside it, the ratio of total times
+(the sum of torch's µs over the rows / the sum of cute_shard's), which a slow row cannot hide
+in.
 
 Before timing, each case is run once by each side: a case where either side raises is counted
 and left out (cute_shard should never raise without ``strict_view``), and so is one where
@@ -341,6 +343,12 @@ def run(
         "rows": [asdict(r) for r in rows],
         "overall_speedup": overall,
         "family_speedup": family_speedups(rows),
+        "family_total_speedup": family_speedups(rows, total=True),
+        "overall_total_speedup": {
+            f"{temp} {mode}": total_speedup(rows, temp, mode) for temp in TEMPS for mode in MODES
+        }
+        if rows
+        else {},
         "screen": screens,
         "uncleared_caches": leftovers,
         "dtensor": [asdict(r) for r in e2e_rows],
@@ -387,21 +395,50 @@ def format_tables(rows: Sequence[Row], overall: dict[str, float], st: Settings) 
             ["family", *cells],
         )
     )
-    out.append("\noverall speed-up (geomean over families and meshes):")
+    out.append(
+        "\nspeed-up by family in total time (the sum of torch's µs over its rows / the sum of "
+        "cute_shard's: what a program of these calls feels):"
+    )
+    totals = family_speedups(rows, total=True)
+    out.append(
+        table(
+            [[f, *(f"{g[c]:.2f}x" for c in cells)] for f, g in totals.items()],
+            ["family", *cells],
+        )
+    )
+    out.append("\noverall speed-up (geomean over families and meshes; total time in brackets):")
     for temp in TEMPS:
         out.append(
             f"  {temp}:  "
-            + "   ".join(f"{mode} {overall[f'{temp} {mode}']:.2f}x" for mode in MODES)
+            + "   ".join(
+                f"{mode} {overall[f'{temp} {mode}']:.2f}x ({total_speedup(rows, temp, mode):.2f}x)"
+                for mode in MODES
+            )
         )
     return "\n".join(out)
 
 
-def family_speedups(rows: Sequence[Row]) -> dict[str, dict[str, float]]:
-    """Per family and cell ("cold rule+prop", ...): the geomean speed-up over its meshes."""
+def total_speedup(rows: Sequence[Row], temp: str, mode: str, family: str | None = None) -> float:
+    """The sum of torch's µs / the sum of cute_shard's over the rows of a cell (and family)."""
+    cell = [
+        r
+        for r in rows
+        if (r.temp, r.mode) == (temp, mode) and (family is None or r.family == family)
+    ]
+    return sum(r.torch_us for r in cell) / sum(r.cute_shard_us for r in cell)
+
+
+def family_speedups(rows: Sequence[Row], total: bool = False) -> dict[str, dict[str, float]]:
+    """Per family and cell ("cold rule+prop", ...): the geomean speed-up over its meshes, or
+    with ``total`` the ratio of total times (:func:`total_speedup`)."""
     return {
         family: {
-            f"{temp} {mode}": geomean(
-                [r.speedup for r in rows if (r.family, r.temp, r.mode) == (family, temp, mode)]
+            f"{temp} {mode}": (
+                total_speedup(rows, temp, mode, family)
+                if total
+                else geomean(
+                    [r.speedup for r in rows if (r.family, r.temp, r.mode) == (family, temp, mode)]
+                )
             )
             for temp in TEMPS
             for mode in MODES
