@@ -314,6 +314,12 @@ FOUND: list[tuple[str, tuple[int, ...], str, tuple[Any, ...], R.Rule, tuple[int,
      (4,), [Shard(1)]),
     ("sharded size-1 dim on mesh dim 1", (2, 1), "view", ((1, 2),), R.view_groups((2, 1), (1, 2)),
      (2, 2), [Rep, Shard(1)]),
+    # Refused by the engine before the one-path rebuild (issue 17's examples): uneven dims
+    # with a short or empty tail on some ranks.
+    ("uneven dims, a rank of each mesh dim holds nothing", (2, 2), "view", ((4,),),
+     R.view_groups((2, 2), (4,)), (2, 3), [Shard(0), Shard(1)]),
+    ("uneven inner dim of a flatten", (12, 2), "view", ((24,),), R.view_groups((12, 2), (24,)),
+     (3, 2), [Shard(1), Rep]),
 ]
 # fmt: on
 
