@@ -7,8 +7,8 @@ shows:
 - the input sharded layout in CuTe notation, with each mesh dim's gpu sub-mode named;
 - the op's rule in DimMap notation, the output layout, the input target and output placements;
 - the communication: per mesh dim that moves, the collective, the bytes each rank receives for
-  ``--dtype``, and the engine's reason; for a strict view (``view``, ``squeeze``, or
-  ``--strict``), the error it raises instead;
+  ``--dtype``, and the engine's reason; for a strict view (``view``, or ``--strict``), the
+  error it raises instead;
 - which rank holds which elements, before and after, as a folded grid (``--png`` draws it;
   ``cute_shard.ownership`` makes the pictures);
 - with ``--compare-torch``, torch's reference answer and the oracle's verdict on it and on ours.
@@ -139,11 +139,11 @@ OPS: dict[str, tuple[tuple[str, ...], int]] = {
     "repeat": (("SIZES",), 1),
 }
 
-# The ops whose DTensor strategy is a strict view, as torch 2.13 registers them (and
-# ``install()`` keeps): where data would have to move they raise instead of redistributing.
-# The others, reshape, flatten and unflatten included (``install()`` lets them copy), may
-# redistribute.
-STRICT_OPS = frozenset({"view", "squeeze"})
+# The ops whose DTensor strategy is a strict view with ``install()``: where data would have to
+# move they raise instead of redistributing. The others may redistribute: reshape, flatten and
+# unflatten (``install()`` lets them copy), and squeeze, which torch 2.13 registers as strict
+# but ``install()`` lets replicate a sharded size-1 dim it drops, as newer torch releases do.
+STRICT_OPS = frozenset({"view"})
 
 # An op's argument: one int, or a list of them (SHAPE, SIZES, and DIMS, SOURCE, DEST with a
 # comma).

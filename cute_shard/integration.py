@@ -51,9 +51,11 @@ Worked example, on a 2x4 mesh::
     with cute_shard.enabled():  # reentrant; restores the state before it
         ...
 
-Strict views (``view``, ``_unsafe_view``, ``squeeze``) that need communication raise
-``cute_shard.RedistributionRequired``; DTensor wraps it in a RuntimeError whose message starts
-with ours (the tensor dim, the mesh dim and the redistribution that would work).
+Strict views (``view``, ``_unsafe_view``, the in-place ``squeeze_``) that need communication
+raise ``cute_shard.RedistributionRequired``; DTensor wraps it in a RuntimeError whose message
+starts with ours (the tensor dim, the mesh dim and the redistribution that would work).
+``squeeze``, which torch 2.13 registers as strict too, replicates a sharded size-1 dim it
+drops and succeeds, as newer torch releases do.
 
 Under inference mode the CompositeImplicitAutograd view ops arrive whole. ``aten.reshape`` has
 its own (non-strict) strategy; for the others torch 2.13 propagates their decomposition one
@@ -157,7 +159,8 @@ _COMPLEX_PARTIALS = ("sum", "avg")
 
 @dataclass(frozen=True, slots=True)
 class ViewOp:
-    """A view-op overload as torch registers it: its local op, torch's rule, strictness."""
+    """A view-op overload as torch registers it: its local op, torch's rule and strictness
+    (torch's, except that squeeze may redistribute: ``_NOT_STRICT``)."""
 
     overload: OpOverload
     local_op: Callable[..., Any]
@@ -529,6 +532,13 @@ def torch_view_ops() -> tuple[ViewOp, ...]:
     return _find_view_ops()
 
 
+# Overloads torch 2.13 registers as strict views that cute_shard lets redistribute: a squeeze
+# of a sharded size-1 dim replicates that mesh dim and succeeds, as newer torch releases do,
+# instead of raising. The in-place squeeze_ stays strict: DTensor cannot redistribute the
+# tensor it changes in place.
+_NOT_STRICT = frozenset({aten.squeeze.default, aten.squeeze.dim, aten.squeeze.dims})
+
+
 def _find_view_ops() -> tuple[ViewOp, ...]:
     propagator = DTensor._op_dispatcher.sharding_propagator
     by_dim_map = {id(fn): local for local, fn in _view_ops.dim_maps.items()}
@@ -543,9 +553,8 @@ def _find_view_ops() -> tuple[ViewOp, ...]:
         dim_map = closure.get("dim_map")
         if dim_map is None or id(dim_map) not in by_dim_map:
             continue
-        ops.append(
-            ViewOp(overload, by_dim_map[id(dim_map)], dim_map, bool(closure.get("strict_view")))
-        )
+        strict = bool(closure.get("strict_view")) and overload not in _NOT_STRICT
+        ops.append(ViewOp(overload, by_dim_map[id(dim_map)], dim_map, strict))
     for overload, info in propagator.op_single_dim_strategy_funcs.items():
         if getattr(info.func, "__module__", None) != _view_ops.__name__:
             continue
