@@ -73,7 +73,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import torch
 from torch._ops import OpOverload
@@ -100,6 +100,7 @@ from .rules import UndecidableRule
 __all__ = [
     "Decompose",
     "MayCopy",
+    "Observer",
     "ReshapeMayCopy",
     "ViewOp",
     "ViewPropagation",
@@ -112,6 +113,7 @@ __all__ = [
     "may_copy_methods",
     "may_copy_mode",
     "redistribute_for_view",
+    "set_observer",
     "torch_view_ops",
     "uninstall",
 ]
@@ -273,6 +275,32 @@ class Decompose:
         raise NotImplementedError(
             f"{self.overload} is decomposed into view ops that cute_shard propagates"
         )
+
+
+# --------------------------------------------------------------------------------------------
+# What an open trace is told
+
+
+class Observer(Protocol):
+    """What ``cute_shard.trace`` hears while one is open (``set_observer``): a view op's
+    sharding is asked of cute_shard (a DTensor cache miss), and a reshape-family op
+    redistributes its input before the view it ends in."""
+
+    def asked(self, op_schema: OpSchema) -> None: ...
+
+    def redistributes(self, x: DTensor, target: tuple[Placement, ...], method: str) -> None: ...
+
+
+# None unless a trace is open: then one check on a miss and on a reshape-family
+# redistribution is all tracing costs where it is off (a cache hit runs none of this module).
+_observer: Observer | None = None
+
+
+def set_observer(observer: Observer | None) -> Observer | None:
+    """Make ``observer`` hear what ``Observer`` names (None: nothing); the previous one."""
+    global _observer
+    previous, _observer = _observer, observer
+    return previous
 
 
 # --------------------------------------------------------------------------------------------
@@ -493,6 +521,8 @@ class ViewPropagation:
     fast: Mapping[OpOverload, FastView]
 
     def __call__(self, op_schema: OpSchema) -> OutputSharding:
+        if _observer is not None:  # (a miss: the one check tracing costs when off)
+            _observer.asked(op_schema)
         view = self.fast.get(op_schema.op)
         if view is not None:
             answer = view.output_sharding(op_schema)
@@ -615,14 +645,23 @@ def _find_composite_view_ops() -> tuple[tuple[ViewOp, ...], tuple[OpOverload, ..
 # The reshape family: may copy, so it redistributes what must move
 
 
-def redistribute_for_view(x: DTensor, out_shape: Sequence[Any]) -> DTensor:
+def redistribute_for_view(x: DTensor, out_shape: Sequence[Any], method: str = "reshape") -> DTensor:
     """``x`` with the mesh dims moved that a view to ``out_shape`` cannot keep (the engine's
     non-strict input target): after it the view needs no communication. ``x`` itself if
     nothing moves, or if the engine rejects the shapes (an illegal ``out_shape``: the view
-    then raises the error it raises without this step)."""
+    then raises the error it raises without this step). ``method``: the reshape-family op
+    that views it next, as an open trace reports it."""
     spec = x._spec
     target = _move_to(spec, out_shape if type(out_shape) is tuple else tuple(out_shape))
-    return x if target is None else x.redistribute(spec.mesh, target)
+    return x if target is None else _redistribute(x, target, method)
+
+
+def _redistribute(x: DTensor, target: tuple[Placement, ...], method: str) -> DTensor:
+    """``x`` redistributed to ``target`` for the view the reshape-family op ``method`` ends
+    in; an open ``cute_shard.trace`` hears of it first (the view it then sees is free)."""
+    if _observer is not None:
+        _observer.redistributes(x, target, method)
+    return x.redistribute(x._spec.mesh, target)
 
 
 # (input spec, output shape) -> the input target, or None when nothing moves. The spec holds
@@ -728,7 +767,7 @@ def _moved(
         target = _remember(key, _method_target(spec, out_shape, args, kwargs))
     except TypeError:
         target = _method_target(spec, out_shape, args, kwargs)
-    return x if target is None else x.redistribute(spec.mesh, target)
+    return x if target is None else _redistribute(x, target, _METHOD_NAMES[out_shape])
 
 
 def _method_target(
@@ -740,6 +779,15 @@ def _method_target(
         return None
     return None if shape is None else _input_target(spec, tuple(shape))
 
+
+# The method each shape function serves, as a trace names it.
+_METHOD_NAMES = {
+    _reshaped: "reshape",
+    _reshaped_as: "reshape_as",
+    _flattened: "flatten",
+    _unflattened: "unflatten",
+    _raveled: "ravel",
+}
 
 _TENSOR_RESHAPE = torch.Tensor.reshape
 _TENSOR_RESHAPE_AS = torch.Tensor.reshape_as
@@ -815,7 +863,7 @@ class MayCopy:
         if isinstance(x, DTensor):
             out_shape = self.out_shape(x._spec.shape, *args, **kwargs)
             if out_shape is not None:  # else the op below raises torch's own error
-                x = redistribute_for_view(x, out_shape)
+                x = redistribute_for_view(x, out_shape, self.overload.overloadpacket.__name__)
         return self._redispatch(keyset & _AFTER_SNAPSHOT, x, *args, **kwargs)
 
 
