@@ -73,7 +73,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, cast
 
 import torch
 from torch._ops import OpOverload
@@ -172,7 +172,9 @@ class ViewOp:
     def __str__(self) -> str:
         return f"{self.overload} ({'strict' if self.strict_view else 'may redistribute'})"
 
-    def rule(self, first: Any, shape: tuple[Any, ...], args: Sequence[Any], kwargs: Any) -> object:
+    def rule(
+        self, first: Any, shape: tuple[Any, ...], args: Sequence[Any], kwargs: Any
+    ) -> Sequence[object]:
         """The op's DimMap rule for an input of global ``shape``: cute_shard's builder, or
         torch's where ours cannot decide. ``first`` is what torch's builder takes in the
         input's place (its OpStrategy or DTensorSpec); ``args`` are the op's other arguments."""
@@ -184,10 +186,15 @@ class ViewOp:
                 # A SymInt comparison that only a guard could settle. torch's builder may
                 # guard (backed sizes); the engine reads its DimSpecs directly.
                 pass
-        return self.torch_dim_map(first, *args, **kwargs)
+        rule: Sequence[object] = self.torch_dim_map(first, *args, **kwargs)  # (a DimMap)
+        return rule
 
     def decide(
-        self, placements: Sequence[Placement], shape: tuple[Any, ...], rule: object, mesh: Any
+        self,
+        placements: Sequence[Placement],
+        shape: tuple[Any, ...],
+        rule: Sequence[object],
+        mesh: Any,
     ) -> tuple[tuple[Placement, ...], tuple[Placement, ...]]:
         """(input target, output placements): the one sharding decision for this op, taken
         by the ViewStrategy and by the fast path alike."""
@@ -228,7 +235,9 @@ class ViewStrategy:
                 f"argument, got {input_strategy!r}"
             )
         shape = tuple(input_strategy.shape)
-        rule = self.rule(op_schema)
+        rule = self.op.rule(
+            input_strategy, shape, op_schema.args_schema[1:], op_schema.kwargs_schema
+        )
         out = OpStrategy([])
         for src in input_strategy.strategies:
             spec = src.output_spec
@@ -251,13 +260,6 @@ class ViewStrategy:
                 )
             )
         return out
-
-    def rule(self, op_schema: OpSchema) -> object:
-        """The op's DimMap rule: cute_shard's builder, or torch's where ours cannot decide."""
-        args = op_schema.args_schema
-        first = args[0]
-        shape = tuple(first.shape)  # type: ignore[union-attr]
-        return self.op.rule(first, shape, args[1:], op_schema.kwargs_schema)
 
 
 @dataclass(frozen=True, slots=True)
@@ -439,7 +441,7 @@ class FastView:
             needs_redistribute = use_args = True
         if self.squeeze_dims is not None:
             schema = suggestion or op_schema
-            dims = _global_singletons(schema)
+            dims = _global_singletons(schema, tuple(spec.shape))
             if not (
                 schema.op == self.squeeze_dims
                 and len(schema.args_schema) > 1
@@ -480,18 +482,18 @@ def _local_shape(
     local = list(shape)
     for m, p in enumerate(placements):
         if type(p) is _StridedShard:
-            local[p.dim] = meta.local_size(
-                local[p.dim], ((mesh_shape[m], coord[m], p.split_factor),)
-            )
+            # (the fast path runs on int sizes only: the split factor is an int here)
+            sf: Any = p.split_factor
+            local[p.dim] = meta.local_size(local[p.dim], ((mesh_shape[m], coord[m], sf),))
         elif isinstance(p, Shard):
             local[p.dim] = meta.local_size(local[p.dim], ((mesh_shape[m], coord[m], 1),))
     return tuple(local)
 
 
-def _global_singletons(schema: OpSchema) -> tuple[int, ...]:
-    """The dims a squeeze in ``schema`` drops: those of its dims that are size 1 globally
-    (DTensor rewrites every squeeze to ``squeeze.dims`` of them, normalised)."""
-    shape = tuple(schema.args_schema[0].tensor_meta.shape)  # type: ignore[union-attr]
+def _global_singletons(schema: OpSchema, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The dims a squeeze in ``schema`` of an input of global ``shape`` drops: those of its
+    dims that are size 1 globally (DTensor rewrites every squeeze to ``squeeze.dims`` of them,
+    normalised)."""
     ndim = len(shape)
 
     def normal(d: int) -> int:
@@ -501,13 +503,12 @@ def _global_singletons(schema: OpSchema) -> tuple[int, ...]:
         n = normal(d)
         return 0 <= n < ndim and shape[n] == 1
 
-    op = schema.op
-    if op in (aten.squeeze.default, aten.squeeze_.default):
+    args = schema.args_schema
+    if schema.op in (aten.squeeze.default, aten.squeeze_.default) or len(args) < 2:
         return tuple(d for d, n in enumerate(shape) if n == 1)
-    if op in (aten.squeeze.dim, aten.squeeze_.dim):
-        d = normal(schema.args_schema[1])  # type: ignore[arg-type]
-        return (d,) if singleton(d) else ()
-    return tuple(normal(d) for d in schema.args_schema[1] if singleton(d))  # type: ignore[union-attr]
+    dims = args[1]  # squeeze.dim's int, squeeze.dims' list of ints
+    listed = (dims,) if isinstance(dims, int) else cast(Sequence[int], dims)
+    return tuple(normal(d) for d in listed if singleton(d))
 
 
 @dataclass(frozen=True, slots=True)
@@ -685,7 +686,9 @@ def _move_to(spec: DTensorSpec, out_shape: tuple[Any, ...]) -> tuple[Placement, 
     return _remember(key, _input_target(spec, out_shape))
 
 
-def _remember(key: tuple[Any, ...], target: tuple[Placement, ...] | None) -> Any:
+def _remember(
+    key: tuple[Any, ...], target: tuple[Placement, ...] | None
+) -> tuple[Placement, ...] | None:
     if len(_targets) >= _TARGETS_LIMIT:
         _targets.clear()
     _targets[key] = target
@@ -707,7 +710,7 @@ def _input_target(spec: DTensorSpec, out_shape: tuple[Any, ...]) -> tuple[Placem
     return None if target == tuple(spec.placements) else target
 
 
-def _view_rule(shape: tuple[Any, ...], out_shape: tuple[Any, ...]) -> object:
+def _view_rule(shape: tuple[Any, ...], out_shape: tuple[Any, ...]) -> Sequence[object]:
     try:
         return rules.view_groups(shape, out_shape)
     except UndecidableRule:  # a SymInt comparison only a guard could settle: torch's builder
@@ -792,7 +795,7 @@ _METHOD_NAMES = {
 _TENSOR_RESHAPE = torch.Tensor.reshape
 _TENSOR_RESHAPE_AS = torch.Tensor.reshape_as
 _TENSOR_FLATTEN = torch.Tensor.flatten
-_TENSOR_UNFLATTEN = torch.Tensor.unflatten
+_TENSOR_UNFLATTEN: Callable[..., torch.Tensor] = torch.Tensor.unflatten  # (torch: unannotated)
 _TENSOR_RAVEL = torch.Tensor.ravel
 
 
@@ -802,27 +805,27 @@ _TENSOR_RAVEL = torch.Tensor.ravel
 # eager runs.
 
 
-def _reshape(self: DTensor, *args: Any, **kwargs: Any) -> DTensor:
+def _reshape(self: DTensor, *args: Any, **kwargs: Any) -> torch.Tensor:
     return _TENSOR_RESHAPE(_moved(self, _reshaped, args, kwargs), *args, **kwargs)
 
 
-def _reshape_as(self: DTensor, *args: Any, **kwargs: Any) -> DTensor:
+def _reshape_as(self: DTensor, *args: Any, **kwargs: Any) -> torch.Tensor:
     return _TENSOR_RESHAPE_AS(_moved(self, _reshaped_as, args, kwargs), *args, **kwargs)
 
 
-def _flatten(self: DTensor, *args: Any, **kwargs: Any) -> DTensor:
+def _flatten(self: DTensor, *args: Any, **kwargs: Any) -> torch.Tensor:
     return _TENSOR_FLATTEN(_moved(self, _flattened, args, kwargs), *args, **kwargs)
 
 
-def _unflatten(self: DTensor, *args: Any, **kwargs: Any) -> DTensor:
+def _unflatten(self: DTensor, *args: Any, **kwargs: Any) -> torch.Tensor:
     return _TENSOR_UNFLATTEN(_moved(self, _unflattened, args, kwargs), *args, **kwargs)
 
 
-def _ravel(self: DTensor, *args: Any, **kwargs: Any) -> DTensor:
+def _ravel(self: DTensor, *args: Any, **kwargs: Any) -> torch.Tensor:
     return _TENSOR_RAVEL(_moved(self, _raveled, args, kwargs), *args, **kwargs)
 
 
-def may_copy_methods() -> dict[str, Callable[..., DTensor]]:
+def may_copy_methods() -> dict[str, Callable[..., torch.Tensor]]:
     """The DTensor methods ``install()`` sets (the default ``reshape_may_copy="methods"``)."""
     return {
         "reshape": _reshape,
@@ -1020,19 +1023,19 @@ def _set_may_copy(
         for name in may_copy_methods():
             delattr(DTensor, name)
     elif old == "dispatcher" and kernels is not None:
-        kernels._destroy()
+        kernels._destroy()  # type: ignore[no-untyped-call]  # (torch leaves it unannotated)
     if new == "methods":
         for name, method in may_copy_methods().items():
-            setattr(DTensor, name, torch.compiler.allow_in_graph(method))
+            setattr(DTensor, name, torch.compiler.allow_in_graph(method))  # type: ignore[no-untyped-call]
     elif new == "dispatcher":
         return _may_copy_library()
     return None
 
 
 def _may_copy_library() -> torch.library.Library:
-    kernels = torch.library.Library("aten", "IMPL")
+    kernels = torch.library.Library("aten", "IMPL")  # type: ignore[no-untyped-call]
     for kernel in may_copy_kernels():
-        kernels.impl(kernel.overload, kernel, "PythonTLSSnapshot", with_keyset=True)
+        kernels.impl(kernel.overload, kernel, "PythonTLSSnapshot", with_keyset=True)  # type: ignore[no-untyped-call]
     return kernels
 
 

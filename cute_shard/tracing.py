@@ -527,7 +527,7 @@ def _plain(x: object) -> object:
 
 def _handlers() -> dict[OpOverload, Callable[..., Any]]:
     """The table DTensor's dispatch looks every op up in first."""
-    return DTensor._op_dispatcher._custom_op_handlers  # type: ignore[no-any-return]
+    return DTensor._op_dispatcher._custom_op_handlers
 
 
 def _view_ops() -> dict[OpOverload, integration.ViewOp]:

@@ -9,7 +9,7 @@ text of a :class:`~cute_shard.engine.decide.Fail`; only a caller that shows it p
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -228,7 +228,7 @@ def _rows(n: Any) -> str:
     return "1 row" if n == 1 else f"{n} rows"
 
 
-def _spanned(group: Any, outs: tuple[Any, ...], s: Any, size: int) -> str:
+def _spanned(group: Any, outs: Sequence[Any], s: Any, size: int) -> str:
     """Where the runs ``[s*c, s*(c+1))`` of the flat local index fall among the output dims."""
     if type(s) is not int:
         return "no output dim holds whole"
