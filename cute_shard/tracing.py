@@ -218,7 +218,13 @@ def render(records: Sequence[TraceRecord]) -> list[str]:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
-    notes = [note for r in records for note in _notes(r)]
+    notes: list[str] = []
+    said: dict[str, int] = {}  # a note already written (a layer repeats): its record
+    for r in records:
+        for text in _notes(r):
+            first = said.setdefault(text, r.index)
+            head = f"[{r.index}] "
+            notes += _wrapped(head, text if first == r.index else f"as [{first}]")
     if notes:
         lines += ["", *notes]
     return lines
@@ -272,13 +278,13 @@ def _moves_text(r: TraceRecord) -> str:
 
 
 def _notes(r: TraceRecord) -> list[str]:
+    """What the table's row cannot hold: why each mesh dim moved, or what the op raised."""
     if r.error is not None:  # (its message says why; nothing moved)
-        return _wrapped(f"[{r.index}] ", f"raised: {r.error}")
-    out: list[str] = []
-    for s in r.moves:
-        why = f"m{s.mesh_dim} {s.before} -> {s.after}: {s.reason or 'the view cannot keep it'}"
-        out += _wrapped(f"[{r.index}] ", why)
-    return out
+        return [f"raised: {r.error}"]
+    return [
+        f"m{s.mesh_dim} {s.before} -> {s.after}: {s.reason or 'the view cannot keep it'}"
+        for s in r.moves
+    ]
 
 
 def _wrapped(head: str, text: str) -> list[str]:
