@@ -73,7 +73,7 @@ class RedistributionRequired(RuntimeError):
             # torch names the first refusal its own walk finds, which may be another mesh
             # dim's: its words for every other mesh dim too, so a match on them still holds
             said = [
-                f"mesh dim {b.mesh_dim} (torch: {b.reason.rsplit(_TORCH, 1)[1]}"
+                f"mesh dim {b.mesh_dim}{_TORCH}{b.reason.rsplit(_TORCH, 1)[1]}"
                 for b in blocked[1:]
                 if _TORCH in b.reason
             ]
@@ -98,14 +98,15 @@ def reason(fail: Fail, mesh_dim: int, dim: int, sf: Any, size: int, pair: int) -
     """The text of why mesh dim ``mesh_dim`` (size ``size``, ``(dim, sf)``) cannot stay.
 
     Where torch 2.13 refuses the same view for the same reason, the text ends with torch's
-    own words for it, ``(torch: ...)``, so code that matches torch's messages keeps working;
-    the rest is the explanation."""
+    own words for it, ``(in torch's words: ...)``, so code that matches torch's messages keeps
+    working; the rest is the explanation. (Where torch itself does not refuse the view, e.g.
+    because its answer is wrong, the words still name the reason as torch would.)"""
     ours = _reason(fail, mesh_dim, dim, sf, size, pair)
     words = None if dim == pair else _torch_words(fail, mesh_dim, dim, sf, size)
     return ours if words is None else f"{ours}{_TORCH}{words})"
 
 
-_TORCH = " (torch: "  # what precedes torch's words at the end of a reason
+_TORCH = " (in torch's words: "  # what precedes torch's words at the end of a reason
 
 
 def _torch_words(fail: Fail, mesh_dim: int, dim: int, sf: Any, size: int) -> str | None:
