@@ -13,8 +13,12 @@ torch-free until one that needs torch is touched):
 - ``explain(dtensor, op, *args)``: what ``dtensor.<op>(*args)`` does to the sharding and why;
   prints as ``cute-shard explain`` does for the same case (``.to_json()`` for ``--json``).
 - ``visualize(dtensor)``: print which rank holds which block of a DTensor.
+- ``trace()``: ``with cute_shard.trace() as log: model(x)`` records every view op DTensor
+  propagates in the block (with ``install()``): placements before and after, what moved and
+  why, cache hit or miss, the program's line; ``print(log)`` shows a table.
 - Modules: ``layout`` (the CuTe layout algebra), ``rules`` (what each view op does to dims),
-  ``engine``, ``oracle`` (an exact rank simulator), ``integration``, ``notation``.
+  ``engine``, ``oracle`` (an exact rank simulator), ``integration``, ``notation``; each is an
+  attribute after ``import cute_shard`` alone (``cute_shard.rules.view_groups(...)``).
 
 Example (``x`` a DTensor of global shape (8, 16, 32) on a (2, 4) mesh, ``[Shard(0), Shard(1)]``)::
 
@@ -23,6 +27,9 @@ Example (``x`` a DTensor of global shape (8, 16, 32) on a (2, 4) mesh, ``[Shard(
     cute_shard.install()                                    # DTensor views go through cute_shard
     print(cute_shard.explain(x, "view", 128, 32))           # output [S0, SS0:4], no communication
     cute_shard.visualize(x)                                 # which rank holds which block
+    with cute_shard.trace() as log:                         # which view ops ran, and their cost
+        model(x)
+    print(log)
 
 Layers, each importing only the ones before it: ``cute_shard.layout`` (standard library only)
 -> ``cute_shard.rules`` -> the propagation engine -> the DTensor integration, the explainers
@@ -53,6 +60,7 @@ if _typing.TYPE_CHECKING:  # what the lazy names below resolve to, for type chec
     from .explanation import explain_dtensor as explain
     from .integration import enabled, install, uninstall
     from .ownership import visualize
+    from .tracing import trace
 
 # The engine imports torch; keep ``import cute_shard.layout`` / ``cute_shard.rules`` torch-free
 # by resolving these names on first use. Each name maps to (module, attribute in it).
@@ -71,6 +79,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     **{name: ("integration", name) for name in ("install", "uninstall", "enabled")},
     "explain": ("explanation", "explain_dtensor"),
     "visualize": ("ownership", "visualize"),
+    "trace": ("tracing", "trace"),
 }
 
 # Subpackages and modules reachable as attributes after ``import cute_shard`` alone.
@@ -86,6 +95,7 @@ __all__ = [
     "install",
     "placements_to_layout",
     "propagate_shape_and_sharding",
+    "trace",
     "uninstall",
     "visualize",
 ]

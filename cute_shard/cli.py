@@ -81,8 +81,9 @@ ops and their arguments (lists are comma-separated, e.g. 128,32):
   transpose DIM0 DIM1 | movedim SOURCE DEST | flatten [START [END]]
   unflatten DIM SIZES | squeeze [DIMS] | unsqueeze DIM
   -1 works in any list: --op view -1,32, --op expand -1,16,32
-view and squeeze are strict, as on a DTensor: where data would have to move they raise
-(shown as "strict view raises ..."); reshape, flatten, unflatten and the others redistribute.
+view is strict, as on a DTensor: where data would have to move it raises (shown as
+"strict view raises ..."); reshape, flatten, unflatten, squeeze and the others redistribute
+(squeeze of a sharded size-1 dim replicates that mesh dim, as with cute_shard.install()).
 
 example:
   cute-shard explain --shape 8,16,32 --mesh 2,4 --placements S0,S1 --view 128,32
@@ -114,7 +115,7 @@ def _add_explain(sub: argparse._SubParsersAction[_Parser]) -> None:
         "--strict",
         action="store_true",
         help="view semantics for any op: report the error a strict view raises instead of "
-        "redistributing (view and squeeze always have them)",
+        "redistributing (view always has them)",
     )
     exp.add_argument(
         "--dtype", default="float32", help="element type for byte counts (default float32)"

@@ -7,8 +7,8 @@ shows:
 - the input sharded layout in CuTe notation, with each mesh dim's gpu sub-mode named;
 - the op's rule in DimMap notation, the output layout, the input target and output placements;
 - the communication: per mesh dim that moves, the collective, the bytes each rank receives for
-  ``--dtype``, and the engine's reason; for a strict view (``view``, ``squeeze``, or
-  ``--strict``), the error it raises instead;
+  ``--dtype``, and the engine's reason; for a strict view (``view``, or ``--strict``), the
+  error it raises instead;
 - which rank holds which elements, before and after, as a folded grid (``--png`` draws it;
   ``cute_shard.ownership`` makes the pictures);
 - with ``--compare-torch``, torch's reference answer and the oracle's verdict on it and on ours.
@@ -89,12 +89,15 @@ __all__ = [
     "Case",
     "Explanation",
     "PlacementSpec",
+    "Step",
+    "communication",
     "explain",
     "explain_dtensor",
     "parse_case",
     "parse_placement",
     "parse_placements",
     "render_text",
+    "step_json",
     "to_json",
     "write_png",
 ]
@@ -139,11 +142,11 @@ OPS: dict[str, tuple[tuple[str, ...], int]] = {
     "repeat": (("SIZES",), 1),
 }
 
-# The ops whose DTensor strategy is a strict view, as torch 2.13 registers them (and
-# ``install()`` keeps): where data would have to move they raise instead of redistributing.
-# The others, reshape, flatten and unflatten included (``install()`` lets them copy), may
-# redistribute.
-STRICT_OPS = frozenset({"view", "squeeze"})
+# The ops whose DTensor strategy is a strict view with ``install()``: where data would have to
+# move they raise instead of redistributing. The others may redistribute: reshape, flatten and
+# unflatten (``install()`` lets them copy), and squeeze, which torch 2.13 registers as strict
+# but ``install()`` lets replicate a sharded size-1 dim it drops, as newer torch releases do.
+STRICT_OPS = frozenset({"view"})
 
 # An op's argument: one int, or a list of them (SHAPE, SIZES, and DIMS, SOURCE, DEST with a
 # comma).
@@ -435,7 +438,9 @@ def explain(case: Case, *, compare_torch: bool = False) -> Explanation:
         output_layout=_output_layout(case, output_t),
         target=target,
         output=output,
-        communication=_communication(case, target, blocked),
+        communication=communication(
+            case.shape, case.mesh, case.placements, target, DTYPES[case.dtype], blocked
+        ),
         strict_error=to_notation(strict_error) if case.strict and strict_error else None,
         pictures=_pictures(case, target, output),
         ours=_judge(case, target, output) if compare_torch else None,
@@ -560,32 +565,37 @@ def gpu_modes(sl: ShardedLayout) -> tuple[GpuMode, ...]:
     return tuple(sorted(out, key=lambda g: g.mesh_dim))
 
 
-def _communication(
-    case: Case, target: Placements, blocked: tuple[Blocked, ...]
+def communication(
+    shape: tuple[int, ...],
+    mesh: tuple[int, ...],
+    placements: Placements,
+    target: Placements,
+    itemsize: int,
+    blocked: Sequence[Blocked] = (),
 ) -> tuple[Step, ...]:
-    """The redistribution from the input to ``target``, one mesh dim at a time.
+    """The redistribution from ``placements`` to ``target`` of a tensor of global ``shape``
+    with elements of ``itemsize`` bytes, one mesh dim at a time; ``blocked`` says why.
 
     Mesh dims are gathered innermost (last) first, as a nested sharding must be undone, so each
     step's bytes are measured on the local tensors the previous steps left.
     """
     why = {b.mesh_dim: _reason(b) for b in blocked}
-    itemsize = DTYPES[case.dtype]
-    current = list(case.placements)
+    current = list(placements)
     steps: list[Step] = []
-    for m in reversed(range(len(case.mesh))):
+    for m in reversed(range(len(mesh))):
         if current[m] == target[m]:
             continue
-        before = _local_numels(case.shape, current, case.mesh)
+        before = _local_numels(shape, current, mesh)
         current[m] = target[m]
-        after = _local_numels(case.shape, current, case.mesh)
-        collective, received = _collective(case.placements[m], target[m], before, after)
+        after = _local_numels(shape, current, mesh)
+        collective, received = _collective(placements[m], target[m], before, after)
         steps.append(
             Step(
                 m,
-                case.placements[m],
+                placements[m],
                 target[m],
                 collective,
-                case.mesh[m],
+                mesh[m],
                 int(received.max()) * itemsize,
                 bool((received == received[0]).all()),
                 why.get(m),
@@ -697,7 +707,8 @@ def _row(label: str, value: str, indent: int = 0) -> list[str]:
     ) or [head.rstrip()]
 
 
-def _fmt_bytes(n: int) -> str:
+def fmt_bytes(n: int) -> str:
+    """``n`` bytes as ``768 B``, ``3 KiB``, ``1.5 MiB``."""
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= scale:
             return f"{n / scale:.4g} {unit}"
@@ -763,7 +774,7 @@ def _communication_rows(ex: Explanation) -> list[str]:
     n = len(ex.communication)
     lines = _row(
         "communication",
-        f"{n} collective{'s' if n > 1 else ''}, {upto}{_fmt_bytes(total)} received per rank "
+        f"{n} collective{'s' if n > 1 else ''}, {upto}{fmt_bytes(total)} received per rank "
         f"({ex.case.dtype}){', innermost mesh dim first' if n > 1 else ''}",
     )
     for s in ex.communication:
@@ -771,7 +782,7 @@ def _communication_rows(ex: Explanation) -> list[str]:
         lines += _row(
             f"m{s.mesh_dim}",
             f"{s.before} -> {s.after}: {s.collective} "
-            f"over {s.group_size} ranks, {upto}{_fmt_bytes(s.bytes_per_rank)} per rank",
+            f"over {s.group_size} ranks, {upto}{fmt_bytes(s.bytes_per_rank)} per rank",
             2,
         )
         if s.reason:
@@ -849,7 +860,7 @@ def to_json(ex: Explanation) -> dict[str, object]:
         "input_target": _strs(ex.target),
         "output": _strs(ex.output),
         "output_layout": _layout_json(ex.output_layout),
-        "communication": [_step_json(s) for s in ex.communication],
+        "communication": [step_json(s) for s in ex.communication],
         "bytes_per_rank": sum(s.bytes_per_rank for s in ex.communication),
         "strict_error": ex.strict_error,
         "oracle": _verdict_json(ex.ours),
@@ -873,7 +884,8 @@ def _layout_json(sl: ShardedLayout | None) -> dict[str, object] | None:
     }
 
 
-def _step_json(s: Step) -> dict[str, object]:
+def step_json(s: Step) -> dict[str, object]:
+    """One ``Step`` as the JSON of ``--json`` (and of a trace) writes it."""
     return {
         "mesh_dim": s.mesh_dim,
         "from": str(s.before),

@@ -51,9 +51,11 @@ Worked example, on a 2x4 mesh::
     with cute_shard.enabled():  # reentrant; restores the state before it
         ...
 
-Strict views (``view``, ``_unsafe_view``, ``squeeze``) that need communication raise
-``cute_shard.RedistributionRequired``; DTensor wraps it in a RuntimeError whose message starts
-with ours (the tensor dim, the mesh dim and the redistribution that would work).
+Strict views (``view``, ``_unsafe_view``, the in-place ``squeeze_``) that need communication
+raise ``cute_shard.RedistributionRequired``; DTensor wraps it in a RuntimeError whose message
+starts with ours (the tensor dim, the mesh dim and the redistribution that would work).
+``squeeze``, which torch 2.13 registers as strict too, replicates a sharded size-1 dim it
+drops and succeeds, as newer torch releases do.
 
 Under inference mode the CompositeImplicitAutograd view ops arrive whole. ``aten.reshape`` has
 its own (non-strict) strategy; for the others torch 2.13 propagates their decomposition one
@@ -71,7 +73,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, cast
 
 import torch
 from torch._ops import OpOverload
@@ -98,6 +100,7 @@ from .rules import UndecidableRule
 __all__ = [
     "Decompose",
     "MayCopy",
+    "Observer",
     "ReshapeMayCopy",
     "ViewOp",
     "ViewPropagation",
@@ -110,6 +113,7 @@ __all__ = [
     "may_copy_methods",
     "may_copy_mode",
     "redistribute_for_view",
+    "set_observer",
     "torch_view_ops",
     "uninstall",
 ]
@@ -157,7 +161,8 @@ _COMPLEX_PARTIALS = ("sum", "avg")
 
 @dataclass(frozen=True, slots=True)
 class ViewOp:
-    """A view-op overload as torch registers it: its local op, torch's rule, strictness."""
+    """A view-op overload as torch registers it: its local op, torch's rule and strictness
+    (torch's, except that squeeze may redistribute: ``_NOT_STRICT``)."""
 
     overload: OpOverload
     local_op: Callable[..., Any]
@@ -167,7 +172,9 @@ class ViewOp:
     def __str__(self) -> str:
         return f"{self.overload} ({'strict' if self.strict_view else 'may redistribute'})"
 
-    def rule(self, first: Any, shape: tuple[Any, ...], args: Sequence[Any], kwargs: Any) -> object:
+    def rule(
+        self, first: Any, shape: tuple[Any, ...], args: Sequence[Any], kwargs: Any
+    ) -> Sequence[object]:
         """The op's DimMap rule for an input of global ``shape``: cute_shard's builder, or
         torch's where ours cannot decide. ``first`` is what torch's builder takes in the
         input's place (its OpStrategy or DTensorSpec); ``args`` are the op's other arguments."""
@@ -179,10 +186,15 @@ class ViewOp:
                 # A SymInt comparison that only a guard could settle. torch's builder may
                 # guard (backed sizes); the engine reads its DimSpecs directly.
                 pass
-        return self.torch_dim_map(first, *args, **kwargs)
+        rule: Sequence[object] = self.torch_dim_map(first, *args, **kwargs)  # (a DimMap)
+        return rule
 
     def decide(
-        self, placements: Sequence[Placement], shape: tuple[Any, ...], rule: object, mesh: Any
+        self,
+        placements: Sequence[Placement],
+        shape: tuple[Any, ...],
+        rule: Sequence[object],
+        mesh: Any,
     ) -> tuple[tuple[Placement, ...], tuple[Placement, ...]]:
         """(input target, output placements): the one sharding decision for this op, taken
         by the ViewStrategy and by the fast path alike."""
@@ -223,7 +235,9 @@ class ViewStrategy:
                 f"argument, got {input_strategy!r}"
             )
         shape = tuple(input_strategy.shape)
-        rule = self.rule(op_schema)
+        rule = self.op.rule(
+            input_strategy, shape, op_schema.args_schema[1:], op_schema.kwargs_schema
+        )
         out = OpStrategy([])
         for src in input_strategy.strategies:
             spec = src.output_spec
@@ -247,13 +261,6 @@ class ViewStrategy:
             )
         return out
 
-    def rule(self, op_schema: OpSchema) -> object:
-        """The op's DimMap rule: cute_shard's builder, or torch's where ours cannot decide."""
-        args = op_schema.args_schema
-        first = args[0]
-        shape = tuple(first.shape)  # type: ignore[union-attr]
-        return self.op.rule(first, shape, args[1:], op_schema.kwargs_schema)
-
 
 @dataclass(frozen=True, slots=True)
 class Decompose:
@@ -270,6 +277,32 @@ class Decompose:
         raise NotImplementedError(
             f"{self.overload} is decomposed into view ops that cute_shard propagates"
         )
+
+
+# --------------------------------------------------------------------------------------------
+# What an open trace is told
+
+
+class Observer(Protocol):
+    """What ``cute_shard.trace`` hears while one is open (``set_observer``): a view op's
+    sharding is asked of cute_shard (a DTensor cache miss), and a reshape-family op
+    redistributes its input before the view it ends in."""
+
+    def asked(self, op_schema: OpSchema) -> None: ...
+
+    def redistributes(self, x: DTensor, target: tuple[Placement, ...], method: str) -> None: ...
+
+
+# None unless a trace is open: then one check on a miss and on a reshape-family
+# redistribution is all tracing costs where it is off (a cache hit runs none of this module).
+_observer: Observer | None = None
+
+
+def set_observer(observer: Observer | None) -> Observer | None:
+    """Make ``observer`` hear what ``Observer`` names (None: nothing); the previous one."""
+    global _observer
+    previous, _observer = _observer, observer
+    return previous
 
 
 # --------------------------------------------------------------------------------------------
@@ -408,7 +441,7 @@ class FastView:
             needs_redistribute = use_args = True
         if self.squeeze_dims is not None:
             schema = suggestion or op_schema
-            dims = _global_singletons(schema)
+            dims = _global_singletons(schema, tuple(spec.shape))
             if not (
                 schema.op == self.squeeze_dims
                 and len(schema.args_schema) > 1
@@ -449,18 +482,18 @@ def _local_shape(
     local = list(shape)
     for m, p in enumerate(placements):
         if type(p) is _StridedShard:
-            local[p.dim] = meta.local_size(
-                local[p.dim], ((mesh_shape[m], coord[m], p.split_factor),)
-            )
+            # (the fast path runs on int sizes only: the split factor is an int here)
+            sf: Any = p.split_factor
+            local[p.dim] = meta.local_size(local[p.dim], ((mesh_shape[m], coord[m], sf),))
         elif isinstance(p, Shard):
             local[p.dim] = meta.local_size(local[p.dim], ((mesh_shape[m], coord[m], 1),))
     return tuple(local)
 
 
-def _global_singletons(schema: OpSchema) -> tuple[int, ...]:
-    """The dims a squeeze in ``schema`` drops: those of its dims that are size 1 globally
-    (DTensor rewrites every squeeze to ``squeeze.dims`` of them, normalised)."""
-    shape = tuple(schema.args_schema[0].tensor_meta.shape)  # type: ignore[union-attr]
+def _global_singletons(schema: OpSchema, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The dims a squeeze in ``schema`` of an input of global ``shape`` drops: those of its
+    dims that are size 1 globally (DTensor rewrites every squeeze to ``squeeze.dims`` of them,
+    normalised)."""
     ndim = len(shape)
 
     def normal(d: int) -> int:
@@ -470,13 +503,12 @@ def _global_singletons(schema: OpSchema) -> tuple[int, ...]:
         n = normal(d)
         return 0 <= n < ndim and shape[n] == 1
 
-    op = schema.op
-    if op in (aten.squeeze.default, aten.squeeze_.default):
+    args = schema.args_schema
+    if schema.op in (aten.squeeze.default, aten.squeeze_.default) or len(args) < 2:
         return tuple(d for d, n in enumerate(shape) if n == 1)
-    if op in (aten.squeeze.dim, aten.squeeze_.dim):
-        d = normal(schema.args_schema[1])  # type: ignore[arg-type]
-        return (d,) if singleton(d) else ()
-    return tuple(normal(d) for d in schema.args_schema[1] if singleton(d))  # type: ignore[union-attr]
+    dims = args[1]  # squeeze.dim's int, squeeze.dims' list of ints
+    listed = (dims,) if isinstance(dims, int) else cast(Sequence[int], dims)
+    return tuple(normal(d) for d in listed if singleton(d))
 
 
 @dataclass(frozen=True, slots=True)
@@ -490,6 +522,8 @@ class ViewPropagation:
     fast: Mapping[OpOverload, FastView]
 
     def __call__(self, op_schema: OpSchema) -> OutputSharding:
+        if _observer is not None:  # (a miss: the one check tracing costs when off)
+            _observer.asked(op_schema)
         view = self.fast.get(op_schema.op)
         if view is not None:
             answer = view.output_sharding(op_schema)
@@ -529,6 +563,13 @@ def torch_view_ops() -> tuple[ViewOp, ...]:
     return _find_view_ops()
 
 
+# Overloads torch 2.13 registers as strict views that cute_shard lets redistribute: a squeeze
+# of a sharded size-1 dim replicates that mesh dim and succeeds, as newer torch releases do,
+# instead of raising. The in-place squeeze_ stays strict: DTensor cannot redistribute the
+# tensor it changes in place.
+_NOT_STRICT = frozenset({aten.squeeze.default, aten.squeeze.dim, aten.squeeze.dims})
+
+
 def _find_view_ops() -> tuple[ViewOp, ...]:
     propagator = DTensor._op_dispatcher.sharding_propagator
     by_dim_map = {id(fn): local for local, fn in _view_ops.dim_maps.items()}
@@ -543,9 +584,8 @@ def _find_view_ops() -> tuple[ViewOp, ...]:
         dim_map = closure.get("dim_map")
         if dim_map is None or id(dim_map) not in by_dim_map:
             continue
-        ops.append(
-            ViewOp(overload, by_dim_map[id(dim_map)], dim_map, bool(closure.get("strict_view")))
-        )
+        strict = bool(closure.get("strict_view")) and overload not in _NOT_STRICT
+        ops.append(ViewOp(overload, by_dim_map[id(dim_map)], dim_map, strict))
     for overload, info in propagator.op_single_dim_strategy_funcs.items():
         if getattr(info.func, "__module__", None) != _view_ops.__name__:
             continue
@@ -606,14 +646,23 @@ def _find_composite_view_ops() -> tuple[tuple[ViewOp, ...], tuple[OpOverload, ..
 # The reshape family: may copy, so it redistributes what must move
 
 
-def redistribute_for_view(x: DTensor, out_shape: Sequence[Any]) -> DTensor:
+def redistribute_for_view(x: DTensor, out_shape: Sequence[Any], method: str = "reshape") -> DTensor:
     """``x`` with the mesh dims moved that a view to ``out_shape`` cannot keep (the engine's
     non-strict input target): after it the view needs no communication. ``x`` itself if
     nothing moves, or if the engine rejects the shapes (an illegal ``out_shape``: the view
-    then raises the error it raises without this step)."""
+    then raises the error it raises without this step). ``method``: the reshape-family op
+    that views it next, as an open trace reports it."""
     spec = x._spec
     target = _move_to(spec, out_shape if type(out_shape) is tuple else tuple(out_shape))
-    return x if target is None else x.redistribute(spec.mesh, target)
+    return x if target is None else _redistribute(x, target, method)
+
+
+def _redistribute(x: DTensor, target: tuple[Placement, ...], method: str) -> DTensor:
+    """``x`` redistributed to ``target`` for the view the reshape-family op ``method`` ends
+    in; an open ``cute_shard.trace`` hears of it first (the view it then sees is free)."""
+    if _observer is not None:
+        _observer.redistributes(x, target, method)
+    return x.redistribute(x._spec.mesh, target)
 
 
 # (input spec, output shape) -> the input target, or None when nothing moves. The spec holds
@@ -637,7 +686,9 @@ def _move_to(spec: DTensorSpec, out_shape: tuple[Any, ...]) -> tuple[Placement, 
     return _remember(key, _input_target(spec, out_shape))
 
 
-def _remember(key: tuple[Any, ...], target: tuple[Placement, ...] | None) -> Any:
+def _remember(
+    key: tuple[Any, ...], target: tuple[Placement, ...] | None
+) -> tuple[Placement, ...] | None:
     if len(_targets) >= _TARGETS_LIMIT:
         _targets.clear()
     _targets[key] = target
@@ -659,7 +710,7 @@ def _input_target(spec: DTensorSpec, out_shape: tuple[Any, ...]) -> tuple[Placem
     return None if target == tuple(spec.placements) else target
 
 
-def _view_rule(shape: tuple[Any, ...], out_shape: tuple[Any, ...]) -> object:
+def _view_rule(shape: tuple[Any, ...], out_shape: tuple[Any, ...]) -> Sequence[object]:
     try:
         return rules.view_groups(shape, out_shape)
     except UndecidableRule:  # a SymInt comparison only a guard could settle: torch's builder
@@ -719,7 +770,7 @@ def _moved(
         target = _remember(key, _method_target(spec, out_shape, args, kwargs))
     except TypeError:
         target = _method_target(spec, out_shape, args, kwargs)
-    return x if target is None else x.redistribute(spec.mesh, target)
+    return x if target is None else _redistribute(x, target, _METHOD_NAMES[out_shape])
 
 
 def _method_target(
@@ -732,10 +783,19 @@ def _method_target(
     return None if shape is None else _input_target(spec, tuple(shape))
 
 
+# The method each shape function serves, as a trace names it.
+_METHOD_NAMES = {
+    _reshaped: "reshape",
+    _reshaped_as: "reshape_as",
+    _flattened: "flatten",
+    _unflattened: "unflatten",
+    _raveled: "ravel",
+}
+
 _TENSOR_RESHAPE = torch.Tensor.reshape
 _TENSOR_RESHAPE_AS = torch.Tensor.reshape_as
 _TENSOR_FLATTEN = torch.Tensor.flatten
-_TENSOR_UNFLATTEN = torch.Tensor.unflatten
+_TENSOR_UNFLATTEN: Callable[..., torch.Tensor] = torch.Tensor.unflatten  # (torch: unannotated)
 _TENSOR_RAVEL = torch.Tensor.ravel
 
 
@@ -745,27 +805,27 @@ _TENSOR_RAVEL = torch.Tensor.ravel
 # eager runs.
 
 
-def _reshape(self: DTensor, *args: Any, **kwargs: Any) -> DTensor:
+def _reshape(self: DTensor, *args: Any, **kwargs: Any) -> torch.Tensor:
     return _TENSOR_RESHAPE(_moved(self, _reshaped, args, kwargs), *args, **kwargs)
 
 
-def _reshape_as(self: DTensor, *args: Any, **kwargs: Any) -> DTensor:
+def _reshape_as(self: DTensor, *args: Any, **kwargs: Any) -> torch.Tensor:
     return _TENSOR_RESHAPE_AS(_moved(self, _reshaped_as, args, kwargs), *args, **kwargs)
 
 
-def _flatten(self: DTensor, *args: Any, **kwargs: Any) -> DTensor:
+def _flatten(self: DTensor, *args: Any, **kwargs: Any) -> torch.Tensor:
     return _TENSOR_FLATTEN(_moved(self, _flattened, args, kwargs), *args, **kwargs)
 
 
-def _unflatten(self: DTensor, *args: Any, **kwargs: Any) -> DTensor:
+def _unflatten(self: DTensor, *args: Any, **kwargs: Any) -> torch.Tensor:
     return _TENSOR_UNFLATTEN(_moved(self, _unflattened, args, kwargs), *args, **kwargs)
 
 
-def _ravel(self: DTensor, *args: Any, **kwargs: Any) -> DTensor:
+def _ravel(self: DTensor, *args: Any, **kwargs: Any) -> torch.Tensor:
     return _TENSOR_RAVEL(_moved(self, _raveled, args, kwargs), *args, **kwargs)
 
 
-def may_copy_methods() -> dict[str, Callable[..., DTensor]]:
+def may_copy_methods() -> dict[str, Callable[..., torch.Tensor]]:
     """The DTensor methods ``install()`` sets (the default ``reshape_may_copy="methods"``)."""
     return {
         "reshape": _reshape,
@@ -806,7 +866,7 @@ class MayCopy:
         if isinstance(x, DTensor):
             out_shape = self.out_shape(x._spec.shape, *args, **kwargs)
             if out_shape is not None:  # else the op below raises torch's own error
-                x = redistribute_for_view(x, out_shape)
+                x = redistribute_for_view(x, out_shape, self.overload.overloadpacket.__name__)
         return self._redispatch(keyset & _AFTER_SNAPSHOT, x, *args, **kwargs)
 
 
@@ -963,19 +1023,19 @@ def _set_may_copy(
         for name in may_copy_methods():
             delattr(DTensor, name)
     elif old == "dispatcher" and kernels is not None:
-        kernels._destroy()
+        kernels._destroy()  # type: ignore[no-untyped-call]  # (torch leaves it unannotated)
     if new == "methods":
         for name, method in may_copy_methods().items():
-            setattr(DTensor, name, torch.compiler.allow_in_graph(method))
+            setattr(DTensor, name, torch.compiler.allow_in_graph(method))  # type: ignore[no-untyped-call]
     elif new == "dispatcher":
         return _may_copy_library()
     return None
 
 
 def _may_copy_library() -> torch.library.Library:
-    kernels = torch.library.Library("aten", "IMPL")
+    kernels = torch.library.Library("aten", "IMPL")  # type: ignore[no-untyped-call]
     for kernel in may_copy_kernels():
-        kernels.impl(kernel.overload, kernel, "PythonTLSSnapshot", with_keyset=True)
+        kernels.impl(kernel.overload, kernel, "PythonTLSSnapshot", with_keyset=True)  # type: ignore[no-untyped-call]
     return kernels
 
 

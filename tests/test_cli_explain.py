@@ -459,11 +459,22 @@ def test_view_is_strict_and_reshape_is_not(
     assert d["strict"] is strict
 
 
-def test_squeeze_is_strict_as_dtensor_registers_it(capsys: pytest.CaptureFixture[str]) -> None:
-    d = _explain_json(
-        capsys, ["--shape", "4,1,6", "--mesh", "2", "--placements", "S0", "--op", "squeeze"]
-    )
-    assert d["strict"] is True
+def test_squeeze_of_a_sharded_size_one_dim_redistributes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """squeeze is not strict with install(): it replicates a sharded size-1 dim it drops (an
+    all-gather of what rank 0 holds) and succeeds, and the oracle accepts the answer."""
+    argv = ["--shape", "4,1,6", "--mesh", "2,2", "--placements", "S0,S1", "--op", "squeeze"]
+    d = _explain_json(capsys, [*argv, "--compare-torch"])
+    assert d["strict"] is False and d["strict_error"] is None
+    assert (d["input_target"], d["output"]) == (["S0", "R"], ["S0", "R"])
+    [step] = d["communication"]  # type: ignore[misc]
+    assert (step["mesh_dim"], step["collective"]) == (1, "all-gather")
+    assert "would remove or reshape sharded dimension 1" in step["reason"]
+    assert d["oracle"]["valid"] is True  # type: ignore[index]
+    # --strict still shows the refusal torch 2.13's squeeze gives
+    strict = _explain_json(capsys, [*argv, "--strict"])
+    assert strict["strict_error"] and "mesh dim 1" in strict["strict_error"]
 
 
 def test_view_that_must_move_data_says_it_raises(capsys: pytest.CaptureFixture[str]) -> None:

@@ -13,7 +13,6 @@ import pytest
 import cute_shard
 
 # Everything a user may reach as ``cute_shard.<name>`` after ``import cute_shard`` alone.
-# ``trace`` joins it when it exists.
 API = [
     "Blocked",
     "RedistributionRequired",
@@ -24,6 +23,7 @@ API = [
     "install",
     "placements_to_layout",
     "propagate_shape_and_sharding",
+    "trace",
     "uninstall",
     "visualize",
 ]
@@ -54,6 +54,16 @@ def test_names_resolve_on_first_use() -> None:
         "print(explain is ex.explain_dtensor, cute_shard.explain is explain, callable(visualize))"
     )
     assert out == ["True", "True", "True"]
+
+
+def test_trace_is_the_function_whatever_is_imported_first() -> None:
+    """The module is ``tracing``: a submodule named ``trace`` would replace the function
+    attribute when imported."""
+    out = run(
+        "import cute_shard.tracing, cute_shard; "
+        "print(cute_shard.trace is cute_shard.tracing.trace, 'torch' in __import__('sys').modules)"
+    )
+    assert out == ["True", "True"]
 
 
 def test_all_lists_the_api() -> None:

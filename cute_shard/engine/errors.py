@@ -8,7 +8,8 @@ text of a :class:`~cute_shard.engine.decide.Fail`; only a caller that shows it p
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,7 +68,17 @@ class RedistributionRequired(RuntimeError):
     def __str__(self) -> str:
         blocked = self.blocked
         first = blocked[0]
-        more = f" (and {len(blocked) - 1} more mesh dims)" if len(blocked) > 1 else ""
+        more = ""
+        if len(blocked) > 1:
+            # torch names the first refusal its own walk finds, which may be another mesh
+            # dim's: its words for every other mesh dim too, so a match on them still holds
+            said = [
+                f"mesh dim {b.mesh_dim}{_TORCH}{b.reason.rsplit(_TORCH, 1)[1]}"
+                for b in blocked[1:]
+                if _TORCH in b.reason
+            ]
+            more = f" (and {len(blocked) - 1} more mesh dims{': ' if said else ''}"
+            more += "; ".join(said) + ")"
         hint = ""
         if self.suggestion is not None:
             hint = f"; redistribute the input to {list(self.suggestion)} first, or use reshape"
@@ -84,7 +95,76 @@ class RedistributionRequired(RuntimeError):
 
 
 def reason(fail: Fail, mesh_dim: int, dim: int, sf: Any, size: int, pair: int) -> str:
-    """The text of why mesh dim ``mesh_dim`` (size ``size``, ``(dim, sf)``) cannot stay."""
+    """The text of why mesh dim ``mesh_dim`` (size ``size``, ``(dim, sf)``) cannot stay.
+
+    Where torch 2.13 refuses the same view for the same reason, the text ends with torch's
+    own words for it, ``(in torch's words: ...)``, so code that matches torch's messages keeps
+    working; the rest is the explanation. (Where torch itself does not refuse the view, e.g.
+    because its answer is wrong, the words still name the reason as torch would.)"""
+    ours = _reason(fail, mesh_dim, dim, sf, size, pair)
+    words = None if dim == pair else _torch_words(fail, mesh_dim, dim, sf, size)
+    return ours if words is None else f"{ours}{_TORCH}{words})"
+
+
+_TORCH = " (in torch's words: "  # what precedes torch's words at the end of a reason
+
+
+def _torch_words(fail: Fail, mesh_dim: int, dim: int, sf: Any, size: int) -> str | None:
+    """torch 2.13's phrase for the refusal of ``fail``, or None where torch has none like it.
+
+    torch's view propagator (``_ops/_view_ops.py``) refuses a strict view on global sizes: a
+    sharded dim the view removes, or a plain ``Shard`` whose dim is flattened with the dims
+    inside it (``Cannot flatten``) or in a group split into pieces whose first is not a
+    multiple of the mesh dim's size (``Cannot unflatten``), a ``_StridedShard`` in a split
+    group, and otherwise the generic "remove or reshape". The view's group is read from the
+    flat index: tensor dim ``dim`` spans ``[lo, hi)`` of it, and the smallest run of dims
+    whose ends are ends in both shapes is torch's Flatten/Split group; its output dims other
+    than size 1 are the Split's pieces (the first is torch's "output dimension 0")."""
+    kind = fail.kind
+    remove = (
+        f"This operation would remove or reshape sharded dimension {dim}, which requires "
+        "redistribution"
+    )
+    if kind == "nowhere":
+        return remove
+    group = fail.group
+    if group is None or kind not in ("straddle", "uneven", "split"):
+        return None
+    ins, outs = group.in_sizes, group.out_sizes
+    if not all(type(n) is int for n in (*ins, *outs)):
+        return None
+    ax = dim if group.axis is None else group.axis[dim]
+    lo = math.prod(ins[ax + 1 :])
+    hi = lo * ins[ax]
+    in_ends = [math.prod(ins[i:]) for i in range(len(ins) + 1)]
+    out_ends = [math.prod(outs[k:]) for k in range(len(outs) + 1)]
+    common = set(in_ends) & set(out_ends)
+    start = min(b for b in common if b >= hi)  # the group's ends in the flat index
+    end = max(b for b in common if b <= lo)
+    pieces = [o for k, o in enumerate(outs) if o != 1 and end < out_ends[k] <= start]
+    split = len(pieces) > 1  # torch's Split of the group (of a Flatten, or of this dim)
+    if sf != 1:
+        if split:
+            return (
+                f"Cannot unflatten tensor with _StridedShard placement: split_factor={sf} does "
+                "not match any output dimension"
+            )
+        return None
+    flattened = lo > end  # some dim inside it is in its group: flattened with it
+    if kind != "straddle" and flattened and ins[ax] % size:
+        return (
+            f"Cannot flatten unevenly sharded tensor: dimension {dim} (size {ins[ax]}) is not "
+            f"evenly divisible by mesh dimension {mesh_dim} (size {size})"
+        )
+    if split and pieces and pieces[0] % size:
+        return (
+            f"Cannot unflatten unevenly sharded tensor: output dimension 0 (size {pieces[0]}) "
+            f"is not evenly divisible by mesh dimension {mesh_dim} (size {size})"
+        )
+    return remove if kind == "straddle" else None
+
+
+def _reason(fail: Fail, mesh_dim: int, dim: int, sf: Any, size: int, pair: int) -> str:
     kind = fail.kind
     what = (
         f"its shards of tensor dim {dim}"
@@ -95,9 +175,8 @@ def reason(fail: Fail, mesh_dim: int, dim: int, sf: Any, size: int, pair: int) -
         return "view_as_complex needs whole (real, imag) pairs on every rank"
     if kind == "nowhere":
         return (
-            f"the view keeps no output dim for tensor dim {dim}: it would remove or reshape "
-            "a sharded dimension, which requires redistribution (only a mesh dim of size 1 can "
-            "shard a dim the view drops)"
+            f"the view keeps no output dim for tensor dim {dim}, and only a mesh dim of size 1 "
+            "can shard a dim the view drops"
         )
     if kind == "symbolic":
         return (
@@ -150,7 +229,7 @@ def _rows(n: Any) -> str:
     return "1 row" if n == 1 else f"{n} rows"
 
 
-def _spanned(group: Any, outs: tuple[Any, ...], s: Any, size: int) -> str:
+def _spanned(group: Any, outs: Sequence[Any], s: Any, size: int) -> str:
     """Where the runs ``[s*c, s*(c+1))`` of the flat local index fall among the output dims."""
     if type(s) is not int:
         return "no output dim holds whole"

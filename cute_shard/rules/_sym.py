@@ -47,7 +47,7 @@ from __future__ import annotations
 import operator
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, SupportsIndex, TypeAlias, TypeGuard
 
 if TYPE_CHECKING:
     import torch
@@ -93,7 +93,7 @@ class UndecidableRule(Exception):
         )
 
 
-def is_symint(x: object) -> bool:
+def is_symint(x: object) -> TypeGuard[torch.SymInt]:
     """True if ``x`` is a ``torch.SymInt`` (never imports torch)."""
     torch_mod = sys.modules.get("torch")
     return torch_mod is not None and isinstance(x, torch_mod.SymInt)
@@ -236,7 +236,7 @@ class Codes:
         if expr.is_Symbol:
             return self._atom(expr, None)
         if expr.is_Mul or expr.is_Pow:
-            c: int | None = 1
+            c = 1
             for a in expr.args if expr.is_Mul else (expr,):
                 if a.is_Symbol:
                     p = self._atom(a, None)
@@ -391,13 +391,13 @@ def as_size(x: object, op: str, arg: str, *, allow_minus_one: bool = False) -> S
         v = x
     elif is_symint(x):
         return x
-    elif isinstance(x, bool) or not hasattr(type(x), "__index__"):
+    elif isinstance(x, bool) or not isinstance(x, SupportsIndex):
         raise ValueError(
             f"{op}: {arg} must contain ints or SymInts, got {x!r} of type "
             f"{type(x).__name__}; fix: pass integer sizes"
         )
     else:
-        v = operator.index(x)  # type: ignore[call-overload]
+        v = operator.index(x)
     if v < 0 and not (allow_minus_one and v == -1):
         allowed = "-1 (inferred) or a size >= 0" if allow_minus_one else "a size >= 0"
         raise ValueError(
@@ -412,18 +412,20 @@ def as_dim(x: object, ndim: int, op: str, arg: str, *, wrap_scalar: bool = True)
     With ``wrap_scalar`` a 0-d tensor accepts dims ``-1`` and ``0`` (torch
     treats it as 1-d for range checking); the result is then 0.
     """
-    if type(x) is not int:
-        if isinstance(x, bool) or not hasattr(type(x), "__index__") or is_symint(x):
-            raise ValueError(
-                f"{op}: {arg} must be an int dim index, got {x!r} of type "
-                f"{type(x).__name__}; fix: pass a plain int"
-            )
-        x = operator.index(x)  # type: ignore[call-overload]
+    if type(x) is int:
+        d = x
+    elif isinstance(x, bool) or not isinstance(x, SupportsIndex) or is_symint(x):
+        raise ValueError(
+            f"{op}: {arg} must be an int dim index, got {x!r} of type "
+            f"{type(x).__name__}; fix: pass a plain int"
+        )
+    else:
+        d = operator.index(x)
     n = ndim if ndim > 0 or not wrap_scalar else 1
-    if not -n <= x < n:  # type: ignore[operator]
+    if not -n <= d < n:
         expected = f"a dim in [{-n}, {n - 1}]" if n > 0 else "no dim (a 0-d tensor has none)"
         raise ValueError(
-            f"{op}: {arg}={x} is out of range for a {ndim}-d tensor; expected "
+            f"{op}: {arg}={d} is out of range for a {ndim}-d tensor; expected "
             f"{expected}; fix: pass a dim within the tensor's rank"
         )
-    return x % n  # type: ignore[operator]
+    return d % n

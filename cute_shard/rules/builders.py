@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import lru_cache
+from typing import cast
 
 from ._sym import Codes, Size, as_dim, as_size, decide_eq, decide_gt, is_symint
 from .specs import (
@@ -212,7 +213,8 @@ def _infer(total: Size, sizes: tuple[Size, ...], op: str, arg: str) -> tuple[Siz
             f"{op}: {arg}={sizes} has a -1 next to a 0 size, so the inferred size is "
             "ambiguous; fix: give the size explicitly instead of -1"
         )
-    if not decide_eq(total % known, 0, op):
+    # (SymInt's __rmod__ is installed at runtime by torch's sym_node, not declared)
+    if not decide_eq(total % known, 0, op):  # type: ignore[operator]
         raise ValueError(
             f"{op}: {arg}={sizes}: the input numel {total} is not divisible by {known}, "
             "so -1 cannot be inferred; fix: make the explicit sizes divide the input numel"
@@ -263,8 +265,8 @@ def _view_groups_int(from_shape: tuple[int, ...], to_shape: tuple[int, ...]) -> 
     to = (
         to_shape
         if known == total and -1 not in to_shape
-        else _infer(total, to_shape, "view_groups", "to_shape")
-    )
+        else cast("tuple[int, ...]", _infer(total, to_shape, "view_groups", "to_shape"))
+    )  # (_infer of ints gives ints)
     if total == 0:
         return _view_rule(_view_groups_empty(from_shape, to))
     out: list[DimSpec] = []

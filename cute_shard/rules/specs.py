@@ -57,7 +57,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 from ._sym import Size, decide_eq, is_symint
 
@@ -357,15 +357,23 @@ class Split(DimSpec):
 
 _new = object.__new__
 _set = object.__setattr__
+
+
+def _slot_setter(cls: type, name: str) -> Callable[[Any, Any], None]:
+    """The setter of slot ``name`` of ``cls`` (its descriptor in the class's namespace)."""
+    setter: Callable[[Any, Any], None] = cls.__dict__[name].__set__
+    return setter
+
+
 # The slots' own setters: a third cheaper than object.__setattr__ by name, and the raw
 # constructors below and the int view builder run on the hot path (one Split per piece).
-_set_split_input = Split.input_dim.__set__  # type: ignore[attr-defined]
-_set_split_shape = Split.group_shape.__set__  # type: ignore[attr-defined]
-_set_split_id = Split.split_id.__set__  # type: ignore[attr-defined]
-_set_flatten_inputs = Flatten.input_dims.__set__  # type: ignore[attr-defined]
-_set_flatten_dims = Flatten.dims.__set__  # type: ignore[attr-defined]
-_set_broadcast_dim = Broadcast.dim.__set__  # type: ignore[attr-defined]
-_set_broadcast_size = Broadcast.dim_size.__set__  # type: ignore[attr-defined]
+_set_split_input = _slot_setter(Split, "input_dim")
+_set_split_shape = _slot_setter(Split, "group_shape")
+_set_split_id = _slot_setter(Split, "split_id")
+_set_flatten_inputs = _slot_setter(Flatten, "input_dims")
+_set_flatten_dims = _slot_setter(Flatten, "dims")
+_set_broadcast_dim = _slot_setter(Broadcast, "dim")
+_set_broadcast_size = _slot_setter(Broadcast, "dim_size")
 
 
 def _flatten_raw(input_dims: tuple[InputDim, ...], dims: tuple[int, ...] | None = None) -> Flatten:

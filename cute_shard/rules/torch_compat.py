@@ -49,14 +49,15 @@ def _to(s: DimSpec) -> tv.DimSpec:
         return tv.Singleton()
     if isinstance(s, Flatten):
         return tv.Flatten(tuple(_to(d) for d in s.input_dims))
+    # torch annotates these sizes as int; its own rules hold SymInts in them too, as ours may
     if isinstance(s, Split):
-        return tv.Split(_to(s.input_dim), tuple(s.group_shape), s.split_id)
+        return tv.Split(_to(s.input_dim), tuple(s.group_shape), s.split_id)  # type: ignore[arg-type]
     if isinstance(s, Broadcast):
-        return tv.Broadcast(_to(s.dim), s.dim_size)
+        return tv.Broadcast(_to(s.dim), s.dim_size)  # type: ignore[arg-type]
     if isinstance(s, NewDim):
-        return tv.NewDim(s.size)
+        return tv.NewDim(s.size)  # type: ignore[arg-type]
     if isinstance(s, Repeat):
-        return tv.Repeat(_to(s.input_dim), s.times)
+        return tv.Repeat(_to(s.input_dim), s.times)  # type: ignore[arg-type]
     raise ValueError(
         f"to_torch: expected a cute_shard DimSpec, got {s!r} of type {type(s).__name__}; "
         "fix: pass a rule built by cute_shard.rules"

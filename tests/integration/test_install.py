@@ -29,15 +29,17 @@ aten = torch.ops.aten
 Rep = Replicate()
 
 # The view-op overloads torch 2.13 registers in _view_ops (the integration finds them itself;
-# this list catches a torch upgrade that adds or drops one).
+# this list catches a torch upgrade that adds or drops one), each with its strictness under
+# install(): torch's, except squeeze, which torch 2.13 registers as strict and install() lets
+# redistribute a sharded size-1 dim (the in-place squeeze_ stays strict).
 TORCH_VIEW_OPS = {
     aten.view.default: True,
     aten.reshape.default: False,
     aten._unsafe_view.default: True,
     aten.view_copy.default: False,
-    aten.squeeze.default: True,
-    aten.squeeze.dim: True,
-    aten.squeeze.dims: True,
+    aten.squeeze.default: False,
+    aten.squeeze.dim: False,
+    aten.squeeze.dims: False,
     aten.squeeze_.default: True,
     aten.squeeze_.dim: True,
     aten.squeeze_.dims: True,

@@ -7,7 +7,6 @@ any rank fails every item of its world with that rank's traceback.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -31,20 +30,11 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Callable[[int], dict[str,
 
     def get(size: int) -> dict[str, Any]:
         if size not in results:
-            # A world whose spawn crashes is run once more (seen once on the shared 2-core
-            # machine: every rank's results were written, then a process exited non-zero);
-            # the first crash stays visible as a warning. A second crash fails every case.
-            for attempt in (1, 2):
-                try:
-                    workdir = tmp_path_factory.mktemp(f"world{size}")
-                    results[size] = run_world(size, TARGET, workdir)
-                    break
-                except Exception as e:  # every case of this world reports the same crash
-                    results[size] = e
-                    if attempt == 1:
-                        warnings.warn(
-                            f"world {size}: first spawn crashed, running again: {e!r}", stacklevel=2
-                        )
+            # (run_world runs a crashed spawn once more; a second crash fails every case)
+            try:
+                results[size] = run_world(size, TARGET, tmp_path_factory.mktemp(f"world{size}"))
+            except Exception as e:  # every case of this world reports the same crash
+                results[size] = e
         if isinstance(results[size], Exception):
             raise results[size]
         return results[size]
