@@ -1,11 +1,8 @@
 """The type check: mypy, strict, over the whole package (``[tool.mypy] files`` in
 pyproject.toml), run once for this module.
 
-Everything outside ``cute_shard/engine`` must be clean. The engine is being reworked on its own
-branch, and its annotation fixes belong there: ``test_the_engine_is_clean`` lists what mypy still
-reports in it and is an expected failure until it is clean, strictly, so the mark must go the
-moment it passes. Nothing is left out of the check and no error is silenced: every one is
-printed by the test that owns its file.
+The whole package must be clean, the engine included: nothing is left out of the check and
+every error mypy reports is printed by the failing test.
 
 mypy keeps its cache in ``.mypy_cache`` (which ignores itself in git): about 15 s the first
 time on this project's machines, a second or two after that.
@@ -22,7 +19,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-ENGINE = "cute_shard/engine/"
 _ERROR = re.compile(r"^(?P<path>[^:\s]+\.py):\d+: error: ")
 
 
@@ -43,19 +39,8 @@ def mypy_errors() -> list[str]:
     return errors
 
 
-def test_everything_outside_the_engine_is_clean(mypy_errors: list[str]) -> None:
-    outside = [e for e in mypy_errors if not e.startswith(ENGINE)]
-    assert not outside, "\n".join(outside)
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="the engine's own annotation fixes are due on the engine's branch (issue 19 lists the "
-    "lines); remove this mark once mypy is clean on cute_shard/engine",
-)
-def test_the_engine_is_clean(mypy_errors: list[str]) -> None:
-    engine = [e for e in mypy_errors if e.startswith(ENGINE)]
-    assert not engine, f"{len(engine)} errors in the engine:\n" + "\n".join(engine)
+def test_the_package_is_clean(mypy_errors: list[str]) -> None:
+    assert not mypy_errors, f"{len(mypy_errors)} errors:\n" + "\n".join(mypy_errors)
 
 
 def test_the_whole_package_is_checked_and_ships_py_typed() -> None:

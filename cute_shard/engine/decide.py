@@ -356,6 +356,7 @@ def _const_axis(group: Group, d: int, states: list[State], hits: list[Any]) -> i
     if not held:
         return home
     out_dims = group.out_dims
+    k: int
     for k in (home, *range(len(group.out_sizes))):
         if k < 0 or (out_dims is not None and out_dims[k] < 0):
             continue

@@ -114,8 +114,9 @@ def make_plan(
     shape it was built for (``ViewRule.out_shape`` and ``carry``): for that shape the plan is
     taken from it as it is."""
     if type(rule) is ViewRule and rule.shape == shape and static and complex_view is not True:
-        out = rule.out_shape
-        return Plan(rule.carry, {}, Group(shape, None, out, None, None), out, -1)
+        made, made_carry = rule.out_shape, rule.carry
+        if made is not None and made_carry is not None:  # (recorded with ``shape``)
+            return Plan(made_carry, {}, Group(shape, None, made, None, None), made, -1)
     ndim = len(shape)
     ints = True  # (symbolic sizes need the symbolic engine only where the plan computes)
     for n in shape:
@@ -135,6 +136,7 @@ def make_plan(
     plain = True  # only InputDim, Flatten, Split and Singleton
     grouped = False  # some spec reads input dims other than whole (a group to route)
     prev: Any = None  # (dims, piece) of the last Split piece, if it was the last spec
+    spec: Any  # (dispatched on ``type(spec)`` once per spec, which mypy does not narrow)
     for o, spec in enumerate(rule):
         cls = type(spec)
         if cls is InputDim:
@@ -301,8 +303,9 @@ def _complex_pair(rule: Sequence[DimSpec], shape: tuple[Size, ...]) -> int:
     return n - 1
 
 
-def _special(spec: DimSpec, o: int, shape: tuple[Size, ...], used: list[int], static: bool) -> Size:
-    """The output size of a ``Broadcast``, ``Repeat`` or ``NewDim`` spec, checked."""
+def _special(spec: Any, o: int, shape: tuple[Size, ...], used: list[int], static: bool) -> Size:
+    """The output size of a ``Broadcast``, ``Repeat`` or ``NewDim`` spec, checked (``spec``: any
+    rule entry; what is none of them is a ValueError)."""
     cls = type(spec)
     if cls is NewDim:
         size = spec.size
@@ -380,6 +383,7 @@ def _groups(
     ``(carry, group_of)`` of its reading."""
     group_of: dict[int, Group] = {}
     carried = carry
+    spec: Any  # (dispatched on ``type(spec)``, which mypy does not narrow)
     for o, spec in enumerate(rule):
         cls = type(spec)
         if cls is Flatten:

@@ -94,6 +94,7 @@ def propagate_shape_and_sharding(
     if fails and strict_view:
         raise _refused(plan, norm, mesh, placements, fails if every else None)
     outs = []
+    p: Any  # (read by ``type(p)``, which mypy narrows only where it is a tuple)
     for p in out:  # the canonical torch placements (Shard(d) and Replicate shared)
         if type(p) is tuple:
             made = _MADE.get(p) if type(p[1]) is int else None
@@ -212,7 +213,7 @@ def solve(
             if group.axis is None:
                 step = (d, sf, found, sf_out, size)
             else:
-                step = (group.axis[d], sf, group.out_dims.index(found), sf_out, size)
+                step = (group.axis[d], sf, group.out_axis(found), sf_out, size)
             st = states.get(group, ())
             if st:
                 try:
@@ -308,6 +309,7 @@ def parse_placements(
             f"{tuple(mesh)}: give exactly one placement per mesh dim"
         )
     out: list[MeshPlacement] = []
+    p: Any  # (dispatched on ``type(p)`` first, which mypy does not narrow)
     for m, p in enumerate(placements):
         size = mesh[m]
         if type(size) is not int or size < 1:
@@ -336,7 +338,7 @@ def parse_placements(
             continue
         else:
             raise ValueError(f"mesh dim {m}: unsupported placement {p!r}")
-        dim = p.dim  # type: ignore[union-attr]
+        dim = p.dim
         if dim < 0 or dim >= ndim:
             if not -ndim <= dim < ndim:
                 raise ValueError(
@@ -357,26 +359,27 @@ def _torch(p: MeshPlacement) -> Placement:
     dim, sf = p
     if type(sf) is not int:
         return _StridedShard(dim, split_factor=sf)  # a SymInt split factor
-    placement = _MADE.get(p)  # type: ignore[arg-type]
+    placement = _MADE.get(p)
     if placement is not None:
         return placement
     if sf == 1:
         return Shard(dim)
-    placement = _STRIDED.get(p)  # type: ignore[arg-type]
+    placement = _STRIDED.get(p)
     if placement is None:
         if len(_STRIDED) >= _STRIDED_LIMIT:
             _STRIDED.clear()
-        placement = _STRIDED[p] = _StridedShard(dim, split_factor=sf)  # type: ignore[index]
+        placement = _STRIDED[p] = _StridedShard(dim, split_factor=sf)
     return placement
 
 
-def _as_rule(rule: tuple[object, ...]) -> tuple[DimSpec, ...]:
-    """``rule`` as ``cute_shard.rules`` DimSpecs (torch's are converted)."""
+def _as_rule(rule: tuple[Any, ...]) -> tuple[DimSpec, ...]:
+    """``rule`` as ``cute_shard.rules`` DimSpecs (torch's are converted; anything else is a
+    ValueError)."""
     for spec in rule:
         if not isinstance(spec, DimSpec):
             break
     else:
-        return rule  # type: ignore[return-value]
+        return rule
     from ..rules.torch_compat import from_torch
 
     try:

@@ -43,6 +43,7 @@ from typing import Any
 from torch.distributed.tensor.placement_types import Partial, Placement
 
 from ..layout import Layout
+from ..layout.inttuple import IntTuple
 from .propagate import parse_placements
 
 __all__ = ["LOCAL", "DimSharding", "ShardedLayout", "compose_view", "placements_to_layout"]
@@ -89,8 +90,8 @@ class ShardedLayout:
         local mode when no mesh dim shards it), strides in elements of the global row-major
         tensor."""
         row = 1
-        shapes: list[object] = []
-        strides: list[object] = []
+        shapes: list[IntTuple] = []
+        strides: list[IntTuple] = []
         for dim in reversed(self.dims):
             mode = _dim_layout(dim, row)
             shapes.append(mode.shape)
@@ -110,7 +111,7 @@ def _dim_layout(dim: DimSharding, scale: int) -> Layout:
     return Layout((ls, gs), (lt, gt))
 
 
-def _mode(leaves: tuple[tuple[int, int], ...], scale: int) -> tuple[object, object]:
+def _mode(leaves: tuple[tuple[int, int], ...], scale: int) -> tuple[IntTuple, IntTuple]:
     if not leaves:
         return 1, 0
     if len(leaves) == 1:
@@ -133,7 +134,7 @@ def placements_to_layout(
     for m, p in enumerate(norm):
         if p is None:
             continue
-        if type(p) is not tuple:
+        if not isinstance(p, tuple):
             partial.append((m, p))
             continue
         d, sf = p

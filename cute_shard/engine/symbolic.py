@@ -291,9 +291,11 @@ def _divides(d: Any, n: Any) -> bool:
         return False
     if x % y == 0:  # proven: n/d is an int times symbols
         return True
-    hinted = dh is not None and nh is not None
-    if hinted and (dh == 0 or nh % dh):
-        return False
+    hinted = False
+    if dh is not None and nh is not None:
+        if dh == 0 or nh % dh:
+            return False
+        hinted = True
     g = gcd(x, y)
     return facts.divides(x // g, y // g, hinted)
 
@@ -361,7 +363,7 @@ def _map_rule(rule: tuple[DimSpec, ...], fn: Any) -> tuple[DimSpec, ...]:
     return tuple.__new__(type(rule), specs) if type(rule) is not tuple else tuple(specs)
 
 
-def _map_spec(s: DimSpec, fn: Any, shapes: dict[int, tuple[Any, ...]]) -> DimSpec:
+def _map_spec(s: DimSpec, fn: Any, shapes: dict[int, tuple[Any, ...]]) -> Any:
     if isinstance(s, Split):
         shape = shapes.get(id(s.group_shape))
         if shape is None:
@@ -380,7 +382,7 @@ def _map_spec(s: DimSpec, fn: Any, shapes: dict[int, tuple[Any, ...]]) -> DimSpe
 
 def _raw(cls: type, *fields: tuple[str, Any]) -> Any:
     """A frozen spec built from its fields, without validation."""
-    spec = _new(cls)
+    spec: Any = _new(cls)
     for name, value in fields:
         _set(spec, name, value)
     return spec
