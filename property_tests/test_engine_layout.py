@@ -93,25 +93,23 @@ def test_a_dims_layout_is_stepwise_logical_divide(
 
 def _global_of_local(sl: ShardedLayout, coord: tuple[int, ...], mesh: tuple[int, ...]) -> list[int]:
     """The global flat index of each element of the rank at ``coord``'s local tensor, in local
-    row-major order, by evaluating the sharded layout (``to_layout``) at (local, gpu) coords."""
+    row-major order, by evaluating the sharded layout (``to_layout``) at (local, gpu) coords.
+
+    A layout's value at a coordinate is the sum of its modes' values at theirs, so each tensor
+    dim's mode is evaluated once per local index and the sums are taken over the product."""
     layout = sl.to_layout()
-    dims = sl.dims
-    local_sizes = []
-    gpu_coords: list[tuple[int, ...]] = []
-    for dim in dims:
+    tables = []
+    for d, dim in enumerate(sl.dims):
         local, gpu = dim.modes()
-        local_sizes.append(math.prod(s for s, _ in local))
-        gpu_coords.append(tuple(coord[m] for m in gpu))
-    out = []
-    for idx in itertools.product(*(range(s) for s in local_sizes)):
-        crd = []
-        for i, g in zip(idx, gpu_coords, strict=True):
-            if not g:
-                crd.append(i)
-            else:
-                crd.append((i, g[0] if len(g) == 1 else g))
-        out.append(layout(tuple(crd)) if crd else 0)
-    return out
+        g = tuple(coord[m] for m in gpu)
+        mode = layout[d]
+        size = math.prod(s for s, _ in local)
+        if not g:
+            tables.append([mode(i) for i in range(size)])
+        else:
+            at = g[0] if len(g) == 1 else g
+            tables.append([mode((i, at)) for i in range(size)])
+    return [sum(t) for t in itertools.product(*tables)]
 
 
 @st.composite
