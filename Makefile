@@ -20,8 +20,10 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/cute-shard explain --shape 8,16,32 --mesh 2,4 --placements S0,S1 --view 128,32
 
+# Two workers for the two cores; --dist loadfile keeps each module on one worker, so a module's
+# run-once fixtures (a gloo world's spawn, a fake process group) still run once.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
