@@ -249,3 +249,34 @@ def test_views_that_only_move_dims_relabel_symbolic_dims_on_the_hot_path(
         (Shard(1), Replicate()),
     )
     assert env.guards() == []
+
+
+@pytest.mark.parametrize(
+    ("n", "to", "hint_to", "mesh", "placements"),
+    [
+        # a size-1 mesh dim on a dim inside a split group: the output dim the view gives its rows,
+        # the same at the hints as for int sizes (found by the slow hypothesis profile)
+        (2, lambda s: (s, 4), (2, 4), (1,), (Shard(1),)),
+        (4, lambda s: (s, 2, 4), (2, 2, 4), (1, 2, 3), (Shard(1), Replicate(), Replicate())),
+    ],
+)
+def test_a_size_one_mesh_dim_lands_where_the_int_sizes_put_it(
+    n: int, to: Any, hint_to: tuple[int, ...], mesh: tuple[int, ...], placements: Any
+) -> None:
+    env = Env()
+    s = env.sym(2)
+    shape, hint_shape = (n * s, 2), (n * 2, 2)
+    symbolic = propagate(placements, shape, R.view_groups(shape, to(s)), mesh)
+    concrete = propagate(placements, hint_shape, R.view_groups(hint_shape, hint_to), mesh)
+    assert symbolic == concrete
+    assert env.guards() == []  # (any output dim is valid: the choice asks nothing)
+
+
+def test_a_size_one_mesh_dim_in_a_split_of_one_dim() -> None:
+    env = Env()
+    a, b = env.sym(2), env.sym(2)
+    shape, to = (a, 2 * b), (1, a, b, 2)
+    placements = (Replicate(), Shard(1))
+    symbolic = propagate(placements, shape, R.view_groups(shape, to), (3, 1))
+    concrete = propagate(placements, (2, 4), R.view_groups((2, 4), (1, 2, 2, 2)), (3, 1))
+    assert symbolic == concrete == ((Replicate(), Shard(1)), (Replicate(), Shard(2)))

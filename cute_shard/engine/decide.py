@@ -91,8 +91,8 @@ class Group:
     inner and the output tensor dim of each (None: axis k is output dim k; -1 for an axis no
     placement may name, view_as_complex's (real, imag) pair). ``home[d]``: the output dim for a
     shard whose labelling does not place it (the ranks hold nothing, or one rank holds it all);
-    None for a view's group, where it is the output dim that holds the dim's rows in the flat
-    index (:meth:`home_axis`).
+    None for a view's group (and a Split's, a view of its dims), where it is the output dim
+    that holds the dim's rows in the flat index (:meth:`home_axis`).
     """
 
     __slots__ = ("axis", "home", "in_sizes", "out_dims", "out_sizes")
@@ -117,25 +117,35 @@ class Group:
     def out_axis(self, o: int) -> int:
         return o if self.out_dims is None else self.out_dims.index(o)
 
-    def home_axis(self, d: int) -> int:
-        """The output axis for input dim d's shard when no labelling places it (-1: none)."""
+    def home_axis(self, d: int, hinted: bool = False) -> int:
+        """The output axis for input dim d's shard when no labelling places it (-1: none).
+        ``hinted``: read symbolic sizes at their hints (only where any axis is valid, so that
+        the choice needs no guard: a mesh dim of size 1)."""
         if self.home is not None:
             o = self.home.get(d, -1)
             return -1 if o < 0 else self.out_axis(o)
-        # a view: the outermost output dim the dim's elements reach in the flat index (where
-        # a dropped size-1 dim's row would start)
+        # a view (or a Split, a view of its dims): the outermost output axis the dim's elements
+        # reach in the flat index (where a dropped size-1 dim's row would start)
+        a = d if self.axis is None else self.axis[d]
+        ins, outs = self.in_sizes, self.out_sizes
+        if hinted:
+            ins, outs = _hints(ins), _hints(outs)
         row: Size = 1
-        for x in self.in_sizes[d + 1 :]:
+        for x in ins[a + 1 :]:
             row = row * x
-        n = self.in_sizes[d]
-        top = row * n - 1 if type(n) is int and n > 1 else row
+        n = ins[a]
+        top = row * n - 1 if type(n) is int and n > 1 and type(row) is int else row
         inner: Size = 1
-        outs = self.out_sizes
         for k in range(len(outs) - 1, -1, -1):
             inner = inner * outs[k]
             if type(inner) is int and type(top) is int and inner > top:
                 return k
         return 0 if outs else -1
+
+
+def _hints(sizes: tuple[Size, ...]) -> tuple[Size, ...]:
+    """``sizes`` with each symbolic size at its hint where it has one."""
+    return tuple(x if type(x) is int else getattr(x, "hint", None) or x for x in sizes)
 
 
 #: (input local lengths, output local lengths, no rank of the state holds anything)

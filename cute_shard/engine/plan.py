@@ -416,7 +416,7 @@ def _groups(
                 {d: i for i, d in enumerate(dims)},
                 tuple(pieces),
                 tuple(outs),
-                dict.fromkeys(dims, o),
+                None,  # a view of its dims: a shard's home is read from the flat index
             )
         elif (cls is Repeat or cls is Broadcast) and type(
             inner := spec.input_dim if cls is Repeat else spec.dim

@@ -294,7 +294,7 @@ def _unit(plan: Plan, d: int, sf: Any) -> MeshPlacement:
     group = reading.view or reading.group_of.get(d)
     if group is None:
         return None  # a dim the view drops
-    k = group.home_axis(d)
+    k = group.home_axis(d, hinted=True)  # (any axis is valid: the symbols' hints pick one)
     return None if k < 0 else (group.out_dim(k), 1)
 
 
