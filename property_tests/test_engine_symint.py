@@ -210,7 +210,10 @@ def _explained(
       value, so the symbolic answer replicates that mesh dim (and only such mesh dims);
     - the concrete rule ends in ``flat(.., d(n-1))`` with a last dim of int size 2, so it may be
       ``view_as_complex``'s and the concrete answer moves the mesh dims on the (real, imag)
-      pairs; with a symbolic last dim it cannot be, and the symbolic answer may keep them.
+      pairs; with a symbolic last dim it cannot be, and the symbolic answer may keep them;
+    - a later mesh dim on the same tensor dim as one the first reason replicates: the symbolic
+      answer decides it on the whole dim the replicated one leaves, the concrete one on the
+      ragged pieces it keeps, so either may keep it where the other moves it.
 
     Either way the symbolic answer must be valid at the hints.
     """
@@ -218,9 +221,18 @@ def _explained(
     from cute_shard.engine.plan import _complex_pair
     from cute_shard.oracle import check_op
 
-    differ = [(g, w) for g, w in zip(got[0], want[0], strict=True) if g != w]
-    kept = [g for g, w in differ if w.is_replicate()]  # only the symbolic answer keeps
-    moved = [(g, w) for g, w in differ if not w.is_replicate()]
+    differ = [m for m, (g, w) in enumerate(zip(got[0], want[0], strict=True)) if g != w]
+    moved_at = [m for m in differ if not want[0][m].is_replicate()]
+    moved = [(got[0][m], want[0][m]) for m in moved_at]
+
+    def after_moved(m: int) -> bool:  # the third reason
+        dim = getattr(placements[m], "dim", None)
+        return any(k < m and getattr(placements[k], "dim", None) == dim for k in moved_at)
+
+    # only the symbolic answer keeps
+    kept = [got[0][m] for m in differ if want[0][m].is_replicate() and not after_moved(m)]
+    if len(kept) < len(differ) - len(moved):
+        event("explained: decided on the whole dim an uneven mesh dim before it leaves")
     if kept:  # the concrete rule's last dim is the int 2: view_as_complex needs whole pairs
         assert _complex_pair(build(*hint_args), hshape) >= 0, say
         assert isinstance(shape[-1], torch.SymInt), say
