@@ -1,0 +1,370 @@
+"""Running a plan on a rank's local tensor with torch's functional collectives.
+
+Every step is one of: a local chunk (narrow the dims whose constraints it adds), an all-reduce
+or a reduce-scatter (a Partial mesh dim), an exchange over one or several mesh dims (each rank
+sends each peer the box of its local tensor that the peer needs, and places the boxes it
+receives: an all-gather when the boxes are whole local tensors of equal size, otherwise an
+all-to-all with the boxes' sizes as splits), or a local partition (torch's own
+``Partial._partition_value``).
+
+Where each box sits is read off the ownership labels (``labels.py``): along each tensor dim, a
+box is a few ranges of the sender's local index and a few of the receiver's, so packing and
+unpacking are ``narrow`` and ``copy_`` on contiguous buffers: no index tensors, which keeps the
+same code valid on real ranks, under ``LocalTensorMode`` and under ``torch.compile``.
+
+The rank-dependent parts (which boxes, their sizes) are pure functions of the plan and the
+rank's mesh coordinate, run through ``maybe_run_for_local_tensor``: on a real rank it calls
+them once; under ``LocalTensorMode`` (every rank in one process, coordinates and sizes that
+differ per rank) once per simulated rank, combining the results into per-rank tensors and
+sizes that the collectives then read.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed._functional_collectives as funcol
+from torch.distributed._local_tensor import maybe_run_for_local_tensor as _per_rank
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor.placement_types import Partial
+
+from .labels import DimLabels, Slot
+from .types import Kind, Plan, State, Step
+
+__all__ = ["Group", "execute"]
+
+Coord = tuple[int, ...]
+# Per tensor dim, ranges of a local index; a box of a local tensor is one per dim.
+Ranges = tuple[tuple[int, int], ...]
+Box = tuple[Ranges, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """A process group over several mesh dims at once: the default group, when the mesh holds
+    every rank of it. ``coords[r]`` is the mesh coordinate of global rank r."""
+
+    group: Any
+    coords: tuple[Coord, ...]
+
+
+def execute(
+    local: torch.Tensor,
+    plan: Plan,
+    mesh: DeviceMesh,
+    coord: Sequence[Any],
+    world: Group | None,
+) -> torch.Tensor:
+    """Run ``plan`` on this rank's ``local`` tensor (its source shard, contiguous or not) and
+    return its target shard. ``coord`` is this rank's mesh coordinate (per-rank SymInts under
+    ``LocalTensorMode``); ``world`` serves steps over several mesh dims."""
+    x = local
+    for step in plan.steps:
+        x = _STEPS[step.kind](x, plan, step, mesh, tuple(coord), world)
+    return x
+
+
+def _wait(t: torch.Tensor) -> torch.Tensor:
+    if isinstance(t, funcol.AsyncCollectiveTensor):
+        done: torch.Tensor = funcol.wait_tensor(t)  # type: ignore[no-untyped-call]  # untyped in torch
+        return done
+    return t
+
+
+# ----------------------------------------------------------------------------- the steps
+
+
+def _chunk(
+    x: torch.Tensor, plan: Plan, step: Step, mesh: DeviceMesh, coord: Coord, world: Group | None
+) -> torch.Tensor:
+    return _keep(x, plan.dims, step.before, step.after, *coord)
+
+
+@_per_rank
+def _keep(
+    x: torch.Tensor, dims: tuple[DimLabels, ...], before: State, after: State, *coord: int
+) -> torch.Tensor:
+    """The part of ``x`` (held in ``before``) this rank keeps in ``after``."""
+    ranges = tuple(
+        d.local_ranges(b, _key(b, coord), a, _key(a, coord))
+        for d, b, a in zip(dims, before, after, strict=True)
+    )
+    return _take(x, ranges)
+
+
+def _all_reduce(
+    x: torch.Tensor, plan: Plan, step: Step, mesh: DeviceMesh, coord: Coord, world: Group | None
+) -> torch.Tensor:
+    for m in step.mesh_dims:
+        x = _wait(funcol.all_reduce(x, step.reduce_op or "sum", (mesh, m)))
+    return x
+
+
+def _reduce_scatter(
+    x: torch.Tensor, plan: Plan, step: Step, mesh: DeviceMesh, coord: Coord, world: Group | None
+) -> torch.Tensor:
+    (m,) = step.mesh_dims
+    buf = _scatter_parts(x, plan.dims, step.before, m, mesh.size(m), *coord)
+    y = _wait(funcol.reduce_scatter_tensor(buf, step.reduce_op or "sum", 0, (mesh, m)))
+    return _own_part(y, plan.dims, step.after, *coord)
+
+
+@_per_rank
+def _scatter_parts(
+    x: torch.Tensor, dims: tuple[DimLabels, ...], before: State, m: int, size: int, *coord: int
+) -> torch.Tensor:
+    """``x`` cut into the parts each coordinate on mesh dim m keeps, each flattened and padded
+    to the largest part (ranks along m hold the same ``x``, so the buffers agree)."""
+    d = next(i for i, dim in enumerate(dims) if (1, m) in dim.slots)
+    dim, slots = dims[d], before[d]
+    parts = []
+    for c in range(size):
+        ranges: list[Ranges] = list(_whole(x))
+        ranges[d] = dim.local_ranges(slots, _key(slots, coord), ((1, m),), (c,))
+        parts.append(_take(x, tuple(ranges)).reshape(-1))
+    width = max(p.numel() for p in parts)
+    padded = [torch.nn.functional.pad(p, (0, width - p.numel())) for p in parts]
+    return torch.cat(padded)
+
+
+@_per_rank
+def _own_part(
+    y: torch.Tensor, dims: tuple[DimLabels, ...], after: State, *coord: int
+) -> torch.Tensor:
+    shape = _shape(dims, after, coord)
+    return y[: math.prod(shape)].reshape(shape)
+
+
+def _exchange(
+    x: torch.Tensor, plan: Plan, step: Step, mesh: DeviceMesh, coord: Coord, world: Group | None
+) -> torch.Tensor:
+    if len(step.mesh_dims) == 1:
+        (m,) = step.mesh_dims
+        group: Any = (mesh, m)
+        peers = _along(coord, m, mesh.size(m))
+        if step.kind is Kind.ALL_GATHER and step.even:
+            return _gathered(x, plan, step, group, peers, coord)
+    else:
+        if world is None:
+            raise RuntimeError(
+                f"{step} needs a process group over mesh dims {step.mesh_dims}; plan with "
+                "joint=False to move them one at a time"
+            )
+        group, peers = world.group, world.coords
+    dims, before, after, md = plan.dims, step.before, step.after, step.mesh_dims
+    send, *in_splits = _pack(x, dims, before, after, md, peers, *coord)
+    out_splits = _recv_splits(dims, before, after, md, peers, *coord)
+    recv = _wait(funcol.all_to_all_single(send, list(out_splits), list(in_splits), group))
+    return _unpack(recv, x, dims, before, after, md, peers, *coord)
+
+
+def _gathered(
+    x: torch.Tensor, plan: Plan, step: Step, group: Any, peers: tuple[Coord, ...], coord: Coord
+) -> torch.Tensor:
+    """An all-gather of equal blocks: every peer's whole local tensor, placed by the labels."""
+    flat = x.contiguous().reshape(-1)
+    gathered = _wait(funcol.all_gather_tensor(flat, 0, group))
+    return _place(gathered, x, plan.dims, step.before, step.after, peers, *coord)
+
+
+@_per_rank
+def _place(
+    gathered: torch.Tensor,
+    x: torch.Tensor,
+    dims: tuple[DimLabels, ...],
+    before: State,
+    after: State,
+    peers: tuple[Coord, ...],
+    *coord: int,
+) -> torch.Tensor:
+    blocks = gathered.reshape(len(peers), -1)
+    out = x.new_empty(_shape(dims, after, coord))
+    for i, q in enumerate(peers):
+        ranges = _box(dims, after, coord, before, q)
+        _put(out, ranges, blocks[i].reshape(_lengths(ranges)))
+    return out
+
+
+@_per_rank
+def _pack(
+    x: torch.Tensor,
+    dims: tuple[DimLabels, ...],
+    before: State,
+    after: State,
+    mesh_dims: tuple[int, ...],
+    peers: tuple[Coord, ...],
+    *coord: int,
+) -> tuple[Any, ...]:
+    """This rank's send buffer (for each peer in group order, the box of ``x`` it needs) and
+    the boxes' sizes. Its own box stays local (size 0)."""
+    blocks, sizes = [], []
+    for q in peers:
+        if q == coord or not _peer(q, coord, mesh_dims):
+            sizes.append(0)
+            continue
+        block = _take(x, _box(dims, before, coord, after, q)).reshape(-1)
+        blocks.append(block)
+        sizes.append(block.numel())
+    send = torch.cat(blocks) if blocks else x.new_empty((0,))
+    return (send, *sizes)
+
+
+@_per_rank
+def _recv_splits(
+    dims: tuple[DimLabels, ...],
+    before: State,
+    after: State,
+    mesh_dims: tuple[int, ...],
+    peers: tuple[Coord, ...],
+    *coord: int,
+) -> tuple[int, ...]:
+    return tuple(
+        0
+        if q == coord or not _peer(q, coord, mesh_dims)
+        else math.prod(_lengths(_box(dims, after, coord, before, q)))
+        for q in peers
+    )
+
+
+@_per_rank
+def _unpack(
+    recv: torch.Tensor,
+    x: torch.Tensor,
+    dims: tuple[DimLabels, ...],
+    before: State,
+    after: State,
+    mesh_dims: tuple[int, ...],
+    peers: tuple[Coord, ...],
+    *coord: int,
+) -> torch.Tensor:
+    """This rank's new local tensor: its own box from ``x``, every peer's from ``recv``."""
+    out = x.new_empty(_shape(dims, after, coord))
+    own = _box(dims, before, coord, after, coord)
+    if math.prod(_lengths(own)):
+        _put(out, _box(dims, after, coord, before, coord), _take(x, own))
+    offset = 0
+    for q in peers:
+        if q == coord or not _peer(q, coord, mesh_dims):
+            continue
+        ranges = _box(dims, after, coord, before, q)
+        lengths = _lengths(ranges)
+        n = math.prod(lengths)
+        if n:
+            _put(out, ranges, recv[offset : offset + n].reshape(lengths))
+        offset += n
+    return out
+
+
+def _partition(
+    x: torch.Tensor, plan: Plan, step: Step, mesh: DeviceMesh, coord: Coord, world: Group | None
+) -> torch.Tensor:
+    for m in step.mesh_dims:
+        x = Partial(step.reduce_op or "sum")._partition_value(x, mesh, m)
+    return x
+
+
+_STEPS: dict[Kind, Callable[..., torch.Tensor]] = {
+    Kind.CHUNK: _chunk,
+    Kind.ALL_REDUCE: _all_reduce,
+    Kind.REDUCE_SCATTER: _reduce_scatter,
+    Kind.ALL_TO_ALL: _exchange,
+    Kind.PERMUTE: _exchange,
+    Kind.ALL_GATHER: _exchange,
+    Kind.PARTITION: _partition,
+}
+
+
+# ------------------------------------------------------------------ boxes of local tensors
+
+
+def _key(slots: tuple[Slot, ...], coord: Sequence[int]) -> tuple[int, ...]:
+    return tuple(coord[m] for _, m in slots)
+
+
+def _shape(dims: tuple[DimLabels, ...], state: State, coord: Sequence[int]) -> tuple[int, ...]:
+    return tuple(
+        d.counts(slots).get(_key(slots, coord), 0) if slots else d.size
+        for d, slots in zip(dims, state, strict=True)
+    )
+
+
+def _box(
+    dims: tuple[DimLabels, ...], held: State, holder: Sequence[int], other: State, by: Sequence[int]
+) -> Box:
+    """Per dim, the ranges of ``holder``'s local index (state ``held``) at positions that the
+    rank ``by`` holds in state ``other``: where one rank's part of another's sits."""
+    return tuple(
+        d.local_ranges(h, _key(h, holder), o, _key(o, by))
+        for d, h, o in zip(dims, held, other, strict=True)
+    )
+
+
+def _peer(q: Coord, coord: Sequence[int], mesh_dims: tuple[int, ...]) -> bool:
+    """Whether ``q`` is in this rank's group: the same coordinate off ``mesh_dims``."""
+    return all(a == b for m, (a, b) in enumerate(zip(q, coord, strict=True)) if m not in mesh_dims)
+
+
+def _along(coord: Coord, m: int, size: int) -> tuple[Coord, ...]:
+    """The ranks of ``coord``'s group along mesh dim m, in group order (under
+    ``LocalTensorMode`` the other coordinates stay per-rank values)."""
+    return tuple(tuple(c if i == m else x for i, x in enumerate(coord)) for c in range(size))
+
+
+def _lengths(ranges: Box) -> tuple[int, ...]:
+    return tuple(sum(b - a for a, b in r) for r in ranges)
+
+
+def _whole(x: torch.Tensor) -> Box:
+    return tuple(((0, n),) if n else () for n in x.shape)
+
+
+def _take(x: torch.Tensor, ranges: Box) -> torch.Tensor:
+    """The box of ``x`` at ``ranges`` (per dim), as a new contiguous tensor."""
+    lengths = _lengths(ranges)
+    if lengths == tuple(x.shape):
+        return x.contiguous()
+    if not math.prod(lengths):
+        return x.new_empty(lengths)
+    for d, r in enumerate(ranges):
+        if len(r) == 1:
+            x = x.narrow(d, r[0][0], r[0][1] - r[0][0])
+    if all(len(r) <= 1 for r in ranges):
+        return x.contiguous()
+    out = x.new_empty(lengths)
+    _put_from(out, x, ranges)
+    return out
+
+
+def _put_from(out: torch.Tensor, x: torch.Tensor, ranges: Box) -> None:
+    """Copy the multi-range dims of box ``ranges`` of ``x`` (single ranges already narrowed)
+    into ``out``, piece by piece."""
+    d = next((i for i, r in enumerate(ranges) if len(r) > 1), None)
+    if d is None:
+        out.copy_(x)
+        return
+    at = 0
+    for a, b in ranges[d]:
+        sub: list[Ranges] = list(ranges)
+        sub[d] = ((0, b - a),)
+        _put_from(out.narrow(d, at, b - a), x.narrow(d, a, b - a), tuple(sub))
+        at += b - a
+
+
+def _put(out: torch.Tensor, ranges: Box, block: torch.Tensor) -> None:
+    """Copy ``block`` into the box of ``out`` at ``ranges``."""
+    d = next((i for i, r in enumerate(ranges) if len(r) != 1), None)
+    if d is None:
+        for i, r in enumerate(ranges):
+            out = out.narrow(i, r[0][0], r[0][1] - r[0][0])
+        out.copy_(block)
+        return
+    at = 0
+    for a, b in ranges[d]:
+        sub: list[Ranges] = list(ranges)
+        sub[d] = ((a, b),)
+        _put(out, tuple(sub), block.narrow(d, at, b - a))
+        at += b - a

@@ -1,0 +1,271 @@
+"""Who holds each position of a tensor dim: the ownership labelling a redistribution reads.
+
+A sharding's CuTe layout says, for every mesh dim m sharding tensor dim d, which coordinate
+``c_m`` holds each position p of d: read the other way, the gpu sub-mode is a function
+``owner_m(p)``. With even sizes it is a digit of p in the layout's mixed radix
+(``(p // stride) % M``); with torch.chunk's uneven tails it is the same walk with shorter
+last pieces. This module writes that function out as **runs**: the positions of d cut into
+intervals on which every owner is constant, each labelled with the owner coordinates.
+
+``dim_runs(n, levels)`` follows DTensor's left-to-right semantics (``Shard``: torch.chunk of
+the local positions into M; ``_StridedShard(sf)``: torch.chunk into sf pieces, each chunked
+into M, rank c keeping the c-th chunk of every piece, in piece order) on interval lists, so
+its cost is the number of runs, not n. A rank's local positions along d are exactly the runs
+whose labels are its coordinates, in increasing order (a local tensor keeps global order).
+
+``DimLabels`` is one tensor dim of a redistribution: the source's and the target's runs cut
+at each other's boundaries, so every **segment** carries both labellings. A *slot* names one
+constraint, ``(side, mesh dim)`` with side ``SRC`` or ``DST``; a state of the redistribution
+is a set of slots per dim, and a rank holds the positions whose labels at those slots are its
+coordinates. Everything the planner asks (how many positions a rank holds, how many two
+states share) is a sum of segment lengths keyed by labels (``counts``).
+
+Worked example: (12,) on mesh (3, 2), ``[R, S(0)] -> [S(0), _S(0, sf=2)]``::
+
+    >>> dim_runs(12, ((2, 1),))              # source: mesh dim 1 halves the dim
+    ((0, 6, (0,)), (6, 12, (1,)))
+    >>> dim_runs(12, ((3, 1), (2, 2)))       # target: thirds, then each third cut in 2x2
+    ((0, 1, (0, 0)), (1, 2, (0, 1)), (2, 3, (0, 0)), (3, 4, (0, 1)), (4, 5, (1, 0)), ...
+
+so the rank at (0, 1) holds positions 6-11 and needs 1 and 3: it receives 2 elements.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+__all__ = [
+    "DST",
+    "SRC",
+    "DimLabels",
+    "Ranks",
+    "Run",
+    "Slot",
+    "chunk",
+    "dim_labels",
+    "dim_runs",
+    "mesh_ranks",
+]
+
+# A run of a dim: [start, stop) and the owner coordinate on each mesh dim sharding the dim,
+# in mesh-dim order.
+Run = tuple[int, int, tuple[int, ...]]
+# One constraint: (side, mesh dim). SRC is the source placements' owner, DST the target's.
+Slot = tuple[int, int]
+SRC = 0
+DST = 1
+
+
+def chunk(length: int, parts: int) -> list[tuple[int, int]]:
+    """torch.chunk's pieces of ``range(length)`` into ``parts``, padded with empty pieces:
+    piece size ``ceil(length / parts)``, the tail shorter or empty."""
+    size = -(-length // parts)
+    return [(min(i * size, length), min((i + 1) * size, length)) for i in range(parts)]
+
+
+@functools.lru_cache(maxsize=4096)
+def dim_runs(n: int, levels: tuple[tuple[int, int], ...]) -> tuple[Run, ...]:
+    """The runs of a dim of size ``n`` sharded by ``levels``, one ``(mesh size, split
+    factor)`` per mesh dim sharding it, in mesh-dim order (split factor 1 is ``Shard``).
+
+    Post: the runs are sorted, disjoint and cover ``[0, n)``; the positions labelled with
+    coordinates ``c`` are the rank's local positions under DTensor's semantics, in order.
+    """
+    runs: list[Run] = [(0, n, ())] if n else []
+    for size, split_factor in levels:
+        mine: dict[tuple[int, ...], list[tuple[int, int]]] = {}
+        for a, b, coords in runs:
+            mine.setdefault(coords, []).append((a, b))
+        cut: list[Run] = []
+        for coords, intervals in mine.items():
+            cut.extend(_cut(intervals, size, split_factor, coords))
+        cut.sort()
+        runs = cut
+    return tuple(runs)
+
+
+def _cut(
+    intervals: list[tuple[int, int]], size: int, split_factor: int, coords: tuple[int, ...]
+) -> list[Run]:
+    """One rank's positions (``intervals``, in order) cut by one more placement: each local
+    position labelled with the coordinate that keeps it, as runs."""
+    length = sum(b - a for a, b in intervals)
+    # (local start, coordinate) at each change of owner, in local order
+    marks: list[tuple[int, int]] = []
+    for lo, hi in chunk(length, split_factor):
+        for c, (a, b) in enumerate(chunk(hi - lo, size)):
+            if b > a:
+                marks.append((lo + a, c))
+    marks.append((length, -1))
+    out: list[Run] = []
+    i = 0
+    seen = 0  # local index of the current interval's start
+    for a, b in intervals:
+        pos = a
+        while pos < b:
+            while marks[i + 1][0] <= seen + pos - a:
+                i += 1
+            stop = min(b, a + marks[i + 1][0] - seen)
+            label = (*coords, marks[i][1])
+            if out and out[-1][1] == pos and out[-1][2] == label:
+                out[-1] = (out[-1][0], stop, label)
+            else:
+                out.append((pos, stop, label))
+            pos = stop
+        seen += b - a
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class DimLabels:
+    """One tensor dim of a redistribution: its size, the slots that constrain it (source mesh
+    dims sharding it, then target ones) and its segments ``(start, stop, labels)``, the labels
+    aligned with ``slots``."""
+
+    size: int
+    slots: tuple[Slot, ...]
+    segments: tuple[tuple[int, int, tuple[int, ...]], ...]
+    # Pure results computed from the fields above, keyed by their arguments (at most one
+    # entry per subset of ``slots``, so bounded); not part of the value.
+    _memo: dict[object, object] = field(default_factory=dict, compare=False, repr=False)
+
+    def index(self, slots: Sequence[Slot]) -> tuple[int, ...]:
+        """Where each of ``slots`` sits in this dim's labels."""
+        return tuple(self.slots.index(s) for s in slots)
+
+    def counts(self, slots: tuple[Slot, ...]) -> dict[tuple[int, ...], int]:
+        """For each combination of labels at ``slots``, how many positions carry it: the
+        length of a rank's part of this dim in a state constrained by exactly ``slots``."""
+        memo = self._memo.get(slots)
+        if memo is None:
+            at = self.index(slots)
+            out: dict[tuple[int, ...], int] = {}
+            for a, b, lab in self.segments:
+                key = tuple(lab[i] for i in at)
+                out[key] = out.get(key, 0) + b - a
+            self._memo[slots] = memo = out
+        return memo  # type: ignore[return-value]
+
+    def per_rank(self, slots: tuple[Slot, ...], ranks: Ranks) -> tuple[int, ...]:
+        """Each rank's length of this dim in a state constrained by ``slots``, in the order of
+        ``ranks``."""
+        key = (slots, ranks.mesh)
+        memo = self._memo.get(key)
+        if memo is None:
+            if slots:
+                counts = self.counts(slots)
+                keys = zip(*(ranks.column(m) for _, m in slots), strict=True)
+                memo = tuple(counts.get(k, 0) for k in keys)
+            else:
+                memo = (self.size,) * len(ranks.coords)
+            self._memo[key] = memo
+        return memo  # type: ignore[return-value]
+
+    def local_ranges(
+        self,
+        slots: tuple[Slot, ...],
+        key: tuple[int, ...],
+        where: tuple[Slot, ...] = (),
+        where_key: tuple[int, ...] = (),
+    ) -> tuple[tuple[int, int], ...]:
+        """Of the positions a rank holds (labels ``key`` at ``slots``), those whose labels at
+        ``where`` are ``where_key``, as ranges of the rank's local index, merged."""
+        memo_key = ("ranges", slots, key, where, where_key)
+        memo = self._memo.get(memo_key)
+        if memo is None:
+            at, wat = self.index(slots), self.index(where)
+            out: list[tuple[int, int]] = []
+            seen = 0
+            for a, b, lab in self.segments:
+                if any(lab[i] != k for i, k in zip(at, key, strict=True)):
+                    continue
+                if all(lab[i] == k for i, k in zip(wat, where_key, strict=True)):
+                    if out and out[-1][1] == seen:
+                        out[-1] = (out[-1][0], seen + b - a)
+                    else:
+                        out.append((seen, seen + b - a))
+                seen += b - a
+            self._memo[memo_key] = memo = tuple(out)
+        return memo  # type: ignore[return-value]
+
+    def senders(
+        self, slots: tuple[Slot, ...], sources: tuple[Slot, ...], ranks: Ranks
+    ) -> tuple[frozenset[tuple[int, ...]], ...]:
+        """Per rank, the combinations of labels at ``sources`` among the positions it holds in
+        a state constrained by ``slots``: whose data it holds, by their coordinates."""
+        key = ("senders", slots, sources, ranks.mesh)
+        memo = self._memo.get(key)
+        if memo is None:
+            at, src = self.index(slots), self.index(sources)
+            found: dict[tuple[int, ...], set[tuple[int, ...]]] = {}
+            for _, _, lab in self.segments:
+                found.setdefault(tuple(lab[i] for i in at), set()).add(tuple(lab[i] for i in src))
+            keys = (
+                zip(*(ranks.column(m) for _, m in slots), strict=True)
+                if slots
+                else (() for _ in ranks.coords)
+            )
+            memo = tuple(frozenset(found.get(k, ())) for k in keys)
+            self._memo[key] = memo
+        return memo  # type: ignore[return-value]
+
+    def positions(
+        self, slots: tuple[Slot, ...], key: tuple[int, ...]
+    ) -> list[tuple[int, int, tuple[int, ...]]]:
+        """The segments whose labels at ``slots`` are ``key``, in order: a rank's positions."""
+        at = self.index(slots)
+        return [s for s in self.segments if tuple(s[2][i] for i in at) == key]
+
+
+@dataclass(frozen=True, slots=True)
+class Ranks:
+    """Every coordinate of a mesh, in row-major (global rank) order, with each mesh dim's
+    column of coordinates."""
+
+    mesh: tuple[int, ...]
+    coords: tuple[tuple[int, ...], ...]
+    columns: tuple[tuple[int, ...], ...]
+
+    def column(self, m: int) -> tuple[int, ...]:
+        return self.columns[m]
+
+
+@functools.lru_cache(maxsize=256)
+def mesh_ranks(mesh: tuple[int, ...]) -> Ranks:
+    coords = tuple(itertools.product(*(range(size) for size in mesh)))
+    columns = tuple(zip(*coords, strict=True)) if coords else tuple(() for _ in mesh)
+    return Ranks(mesh, coords, columns)
+
+
+@functools.lru_cache(maxsize=4096)
+def dim_labels(
+    n: int,
+    src: tuple[tuple[int, int, int], ...],
+    dst: tuple[tuple[int, int, int], ...],
+) -> DimLabels:
+    """The source's and target's runs of a dim of size ``n`` cut at each other's boundaries.
+    ``src`` and ``dst`` list ``(mesh dim, mesh size, split factor)`` for the mesh dims
+    sharding the dim, in mesh-dim order."""
+    a = dim_runs(n, tuple((size, sf) for _, size, sf in src))
+    b = dim_runs(n, tuple((size, sf) for _, size, sf in dst))
+    segments: list[tuple[int, int, tuple[int, ...]]] = []
+    i = j = 0
+    pos = 0
+    while pos < n:
+        ra, rb = a[i], b[j]
+        stop = min(ra[1], rb[1])
+        labels = ra[2] + rb[2]
+        if segments and segments[-1][1] == pos and segments[-1][2] == labels:
+            segments[-1] = (segments[-1][0], stop, labels)
+        else:
+            segments.append((pos, stop, labels))
+        pos = stop
+        if ra[1] == stop:
+            i += 1
+        if rb[1] == stop:
+            j += 1
+    slots = tuple((SRC, m) for m, _, _ in src) + tuple((DST, m) for m, _, _ in dst)
+    return DimLabels(n, slots, tuple(segments))

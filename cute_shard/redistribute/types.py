@@ -1,0 +1,126 @@
+"""The values a redistribution plan is made of: kinds of step, states, steps, moves, the plan.
+
+Torch-free and below every algorithm that reads them: the planner (``plan.py``) builds them,
+the executor (``execute.py``) runs them, the DTensor integration prices them, and the command
+line, ``explain`` and ``trace`` print them.
+
+A **state** says what every rank holds between two steps: per tensor dim, the slots (see
+``labels.py``) that constrain it. The plan starts at the source placements' slots and ends at
+the target's; each step changes the slots of its mesh dims only.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from ..notation import PlacementSpec
+from .labels import DimLabels, Slot
+
+__all__ = ["Kind", "Move", "Plan", "State", "Step"]
+
+# Per tensor dim, the slots that constrain it, sorted.
+State = tuple[tuple[Slot, ...], ...]
+
+
+class Kind(enum.Enum):
+    """What a step does. The values are what the command line and ``trace`` print."""
+
+    CHUNK = "chunk"  # local: each rank keeps part of what it holds
+    ALL_REDUCE = "all-reduce"  # Partial -> Replicate
+    REDUCE_SCATTER = "reduce-scatter"  # Partial -> a shard, reduced and chunked at once
+    ALL_TO_ALL = "all-to-all"  # each rank sends each peer the part it needs
+    PERMUTE = "permutation"  # each rank's target comes whole from one peer
+    ALL_GATHER = "all-gather"  # each rank receives everything its peers hold
+    PARTITION = "partition"  # local: Replicate -> Partial
+
+    @property
+    def local(self) -> bool:
+        return self in (Kind.CHUNK, Kind.PARTITION)
+
+    @property
+    def reduces(self) -> bool:
+        return self in (Kind.ALL_REDUCE, Kind.REDUCE_SCATTER)
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    """One mesh dim that changes: its source and target placement, how and why."""
+
+    mesh_dim: int
+    src: PlacementSpec
+    dst: PlacementSpec
+    kind: Kind
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One collective on ``mesh_dims`` (or a local step), from state ``before`` to ``after``.
+
+    ``received``: the elements the busiest rank receives in this step (data steps; 0 for
+    local steps and reductions). ``reduced``: the elements the busiest rank hands to a
+    reduction (reductions only). ``peers``: the most peers any rank receives from. ``even``:
+    every rank holds as many elements as every other, before and after (so a gather's blocks
+    are equal and it can be a plain all-gather).
+    """
+
+    kind: Kind
+    mesh_dims: tuple[int, ...]
+    before: State
+    after: State
+    received: int
+    reduced: int = 0
+    peers: int = 0
+    reduce_op: str | None = None
+    even: bool = True
+
+    def __str__(self) -> str:
+        dims = ",".join(f"m{m}" for m in self.mesh_dims)
+        return f"{self.kind.value} on {dims}"
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A redistribution of a tensor of ``shape`` on ``mesh`` from ``src`` to ``dst``.
+
+    ``received`` is the most elements any rank receives over all data steps; it is the
+    physical limit (``plan.physical_limit``: the most elements of its target shard a rank does
+    not already hold) unless ``split`` is set: several mesh dims had to move together and no
+    collective over them was available (``joint=False``), so they moved one at a time.
+    ``reduced`` is the most elements a rank hands to reductions.
+    """
+
+    shape: tuple[int, ...]
+    mesh: tuple[int, ...]
+    src: tuple[PlacementSpec, ...]
+    dst: tuple[PlacementSpec, ...]
+    dims: tuple[DimLabels, ...]
+    moves: tuple[Move, ...]
+    steps: tuple[Step, ...]
+    received: int
+    reduced: int
+    split: bool = False
+
+    @property
+    def start(self) -> State:
+        return self.steps[0].before if self.steps else _empty(len(self.shape))
+
+    def local_shape(self, state: State, coord: tuple[int, ...]) -> tuple[int, ...]:
+        """The local tensor's shape on the rank at ``coord`` in ``state``."""
+        return tuple(
+            d.counts(slots).get(tuple(coord[m] for _, m in slots), 0) if slots else d.size
+            for d, slots in zip(self.dims, state, strict=True)
+        )
+
+    def __str__(self) -> str:
+        steps = "; ".join(str(s) for s in self.steps) or "nothing moves"
+        return f"{_specs(self.src)} -> {_specs(self.dst)}: {steps}"
+
+
+def _empty(ndim: int) -> State:
+    return tuple(() for _ in range(ndim))
+
+
+def _specs(ps: tuple[PlacementSpec, ...]) -> str:
+    return "[" + ", ".join(str(p) for p in ps) + "]"
