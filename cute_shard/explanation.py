@@ -58,8 +58,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from . import ownership, rules
 from .layout import Layout
 from .notation import (
@@ -78,6 +76,7 @@ if TYPE_CHECKING:
     from torch.distributed.tensor.placement_types import Placement
 
     from .engine import Blocked, ShardedLayout
+    from .redistribute import Plan
 
 # torch is imported only once a case is explained (``explain``): everything before that is
 # torch-free, so a bad argument is reported in a tenth of a second rather than after torch's
@@ -346,10 +345,16 @@ class GpuMode:
 
 @dataclass(frozen=True, slots=True)
 class Step:
-    """One mesh dim's redistribution: the collective and the bytes each rank receives.
+    """One mesh dim's part of the redistribution plan (``cute_shard.redistribute``): the step
+    that moves it and the bytes each rank receives in that step.
 
-    ``bytes_per_rank`` is the most any rank receives (all-gather: the elements it lacks;
-    all-reduce: its whole local tensor); ``uniform`` says every rank receives that much.
+    ``collective`` is the step's kind (all-gather, all-to-all, permutation, chunk, ...) and
+    ``op`` the functional collective that runs it (None for a local step, and for the other
+    mesh dims of a step over several: the step is counted, and its bytes given, once, on its
+    first mesh dim). ``bytes_per_rank`` is the most any rank receives (an all-reduce or a
+    reduce-scatter: the bytes it hands to the reduction); ``uniform`` says every rank
+    receives that much. ``reason`` says why the mesh dim must move (the engine's words, for a
+    view) or, without one, how it moves.
     """
 
     mesh_dim: int
@@ -360,6 +365,7 @@ class Step:
     bytes_per_rank: int
     uniform: bool
     reason: str | None
+    op: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -572,63 +578,51 @@ def communication(
     target: Placements,
     itemsize: int,
     blocked: Sequence[Blocked] = (),
+    *,
+    joint: bool = True,
 ) -> tuple[Step, ...]:
     """The redistribution from ``placements`` to ``target`` of a tensor of global ``shape``
-    with elements of ``itemsize`` bytes, one mesh dim at a time; ``blocked`` says why.
+    with elements of ``itemsize`` bytes, as the planner makes it (``joint``: steps over
+    several mesh dims are one collective), one entry per mesh dim and step; ``blocked`` says
+    why a mesh dim must move."""
+    from .redistribute import plan_redistribution
 
-    Mesh dims are gathered innermost (last) first, as a nested sharding must be undone, so each
-    step's bytes are measured on the local tensors the previous steps left.
-    """
+    plan = plan_redistribution(shape, mesh, placements, target, joint=joint)
+    return plan_moves(plan, itemsize, blocked)
+
+
+def plan_moves(plan: Plan, itemsize: int, blocked: Sequence[Blocked] = ()) -> tuple[Step, ...]:
+    """A plan's steps, one entry per mesh dim each moves, in the plan's order."""
     why = {b.mesh_dim: _reason(b) for b in blocked}
-    current = list(placements)
+    how = {m.mesh_dim: m for m in plan.moves}
     steps: list[Step] = []
-    for m in reversed(range(len(mesh))):
-        if current[m] == target[m]:
-            continue
-        before = _local_numels(shape, current, mesh)
-        current[m] = target[m]
-        after = _local_numels(shape, current, mesh)
-        collective, received = _collective(placements[m], target[m], before, after)
-        steps.append(
-            Step(
-                m,
-                placements[m],
-                target[m],
-                collective,
-                mesh[m],
-                int(received.max()) * itemsize,
-                bool((received == received[0]).all()),
-                why.get(m),
+    for step in plan.steps:
+        volume = (step.reduced if step.kind.reduces else step.received) * itemsize
+        group = math.prod(plan.mesh[m] for m in step.mesh_dims)
+        for i, m in enumerate(step.mesh_dims):
+            move = how[m]
+            reason = why.get(m, move.reason)
+            if i:
+                reason += f" (in m{step.mesh_dims[0]}'s {step.kind.value}, counted there)"
+            steps.append(
+                Step(
+                    m,
+                    move.src,
+                    move.dst,
+                    step.kind.value,
+                    group,
+                    0 if i else volume,
+                    step.uniform,
+                    reason,
+                    None if i else step.collective,
+                )
             )
-        )
     return tuple(steps)
 
 
 def _reason(b: Blocked) -> str:
     reason = to_notation(b.reason)  # the engine may quote torch's spelling of a placement
     return f"tensor dim {b.tensor_dim}: {reason}" if b.tensor_dim >= 0 else reason
-
-
-def _local_numels(
-    shape: tuple[int, ...], placements: Sequence[PlacementSpec], mesh: tuple[int, ...]
-) -> np.ndarray:
-    from . import oracle
-
-    given = _to_torch(placements)
-    return np.array(
-        [math.prod(oracle.local_shape(shape, given, mesh, c)) for c in oracle.mesh_coords(mesh)]
-    )
-
-
-def _collective(
-    before: PlacementSpec, after: PlacementSpec, numel_before: np.ndarray, numel_after: np.ndarray
-) -> tuple[str, np.ndarray]:
-    """The collective for one mesh dim and the elements each rank receives."""
-    if before.kind == "P":
-        return "all-reduce", numel_after
-    if before.shards and after.kind == "R":
-        return "all-gather", numel_after - numel_before
-    return "redistribute", numel_after
 
 
 def _judge(case: Case, target: Placements, output: Placements) -> Verdict:
@@ -771,11 +765,11 @@ def _communication_rows(ex: Explanation) -> list[str]:
         return _row("communication", "none: every rank views its own local tensor")
     total = sum(s.bytes_per_rank for s in ex.communication)
     upto = "" if all(s.uniform for s in ex.communication) else "up to "
-    n = len(ex.communication)
+    n = sum(1 for s in ex.communication if s.op is not None)
     lines = _row(
         "communication",
-        f"{n} collective{'s' if n > 1 else ''}, {upto}{fmt_bytes(total)} received per rank "
-        f"({ex.case.dtype}){', innermost mesh dim first' if n > 1 else ''}",
+        f"{n} collective{'s' if n != 1 else ''}, {upto}{fmt_bytes(total)} received per rank "
+        f"({ex.case.dtype}){', in this order' if len(ex.communication) > 1 else ''}",
     )
     for s in ex.communication:
         upto = "" if s.uniform else "up to "
@@ -895,6 +889,7 @@ def step_json(s: Step) -> dict[str, object]:
         "bytes_per_rank": s.bytes_per_rank,
         "uniform": s.uniform,
         "reason": s.reason,
+        "op": s.op,
     }
 
 

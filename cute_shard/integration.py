@@ -95,6 +95,7 @@ from torch.distributed.tensor.placement_types import (
 
 from . import meta, rules
 from .engine import propagate_shape_and_sharding
+from .redistribute import dtensor as redistribution
 from .rules import UndecidableRule
 
 __all__ = [
@@ -956,8 +957,12 @@ def may_copy_mode() -> ReshapeMayCopy | None:
     return None if _saved is None else _saved.mode
 
 
-def install(*, reshape_may_copy: ReshapeMayCopy | bool = "methods") -> None:
-    """Make DTensor propagate every view op with cute_shard. Idempotent.
+def install(
+    *, reshape_may_copy: ReshapeMayCopy | bool = "methods", redistribute: bool = True
+) -> None:
+    """Make DTensor propagate every view op with cute_shard, and (``redistribute``, the
+    default) run and price every redistribution with cute_shard's planner
+    (``cute_shard.redistribute.dtensor``). Idempotent.
 
     ``reshape_may_copy`` says how reshape, flatten, unflatten and ravel (which may copy)
     redistribute what must move instead of failing as the strict view they decompose into:
@@ -972,6 +977,10 @@ def install(*, reshape_may_copy: ReshapeMayCopy | bool = "methods") -> None:
     Installing again with another value switches."""
     global _saved
     mode = _mode(reshape_may_copy)
+    if redistribute:
+        redistribution.install()
+    else:
+        redistribution.uninstall()
     with _lock:
         if _saved is not None:
             if _saved.mode != mode:
@@ -1040,8 +1049,10 @@ def _may_copy_library() -> torch.library.Library:
 
 
 def uninstall() -> None:
-    """Give DTensor back torch's own view-op strategies (the same objects). Idempotent."""
+    """Give DTensor back torch's own view-op strategies and redistribution (the same
+    objects). Idempotent."""
     global _saved
+    redistribution.uninstall()
     with _lock:
         if _saved is None:
             return
@@ -1065,19 +1076,22 @@ def _restore(registry: dict[OpOverload, Any], saved: dict[OpOverload, Any]) -> N
 
 
 @contextmanager
-def enabled(*, reshape_may_copy: ReshapeMayCopy | bool = "methods") -> Iterator[None]:
-    """``with cute_shard.enabled(): ...`` installs for the block (``reshape_may_copy`` as in
+def enabled(
+    *, reshape_may_copy: ReshapeMayCopy | bool = "methods", redistribute: bool = True
+) -> Iterator[None]:
+    """``with cute_shard.enabled(): ...`` installs for the block (the arguments as in
     :func:`install`), then restores the state before it (reentrant: an inner block leaves an
-    outer one installed, with its own ``reshape_may_copy``)."""
+    outer one installed, as it was)."""
     before = None if _saved is None else _saved.mode
-    install(reshape_may_copy=reshape_may_copy)
+    redistributed = redistribution.is_installed()
+    install(reshape_may_copy=reshape_may_copy, redistribute=redistribute)
     try:
         yield
     finally:
         if before is None:
             uninstall()
         else:
-            install(reshape_may_copy=before)
+            install(reshape_may_copy=before, redistribute=redistributed)
 
 
 def clear_dtensor_caches() -> None:

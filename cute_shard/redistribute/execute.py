@@ -32,6 +32,7 @@ from torch.distributed._local_tensor import maybe_run_for_local_tensor as _per_r
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor.placement_types import Partial
 
+from .._compat import all_gather, reduce_scatter
 from .labels import DimLabels, Slot
 from .types import Kind, Plan, State, Step
 
@@ -64,8 +65,20 @@ def execute(
     ``LocalTensorMode``); ``world`` serves steps over several mesh dims."""
     x = local
     for step in plan.steps:
-        x = _STEPS[step.kind](x, plan, step, mesh, tuple(coord), world)
+        run = _LOCAL[step.kind] if step.collective is None else _COLLECTIVE[step.collective]
+        x = run(x, plan, step, mesh, tuple(coord), world)
     return x
+
+
+def _real(buf: torch.Tensor) -> torch.Tensor:
+    """A flat buffer as real numbers for a collective (gloo has no complex types): a complex
+    element is two reals, so the caller doubles its sizes."""
+    return torch.view_as_real(buf).reshape(-1) if buf.is_complex() else buf
+
+
+def _complex(buf: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``_real`` undone."""
+    return torch.view_as_complex(buf.reshape(-1, 2)) if like.is_complex() else buf
 
 
 def _wait(t: torch.Tensor) -> torch.Tensor:
@@ -99,8 +112,11 @@ def _keep(
 def _all_reduce(
     x: torch.Tensor, plan: Plan, step: Step, mesh: DeviceMesh, coord: Coord, world: Group | None
 ) -> torch.Tensor:
+    shape = x.shape
     for m in step.mesh_dims:
-        x = _wait(funcol.all_reduce(x, step.reduce_op or "sum", (mesh, m)))
+        flat = _real(x.contiguous().reshape(-1))
+        reduced = _wait(funcol.all_reduce(flat, step.reduce_op or "sum", (mesh, m)))
+        x = _complex(reduced, x).reshape(shape)
     return x
 
 
@@ -109,8 +125,8 @@ def _reduce_scatter(
 ) -> torch.Tensor:
     (m,) = step.mesh_dims
     buf = _scatter_parts(x, plan.dims, step.before, m, mesh.size(m), *coord)
-    y = _wait(funcol.reduce_scatter_tensor(buf, step.reduce_op or "sum", 0, (mesh, m)))
-    return _own_part(y, plan.dims, step.after, *coord)
+    y = _wait(reduce_scatter(_real(buf), step.reduce_op or "sum", 0, (mesh, m)))
+    return _own_part(_complex(y, x), plan.dims, step.after, *coord)
 
 
 @_per_rank
@@ -146,8 +162,6 @@ def _exchange(
         (m,) = step.mesh_dims
         group: Any = (mesh, m)
         peers = _along(coord, m, mesh.size(m))
-        if step.kind is Kind.ALL_GATHER and step.even:
-            return _gathered(x, plan, step, group, peers, coord)
     else:
         if world is None:
             raise RuntimeError(
@@ -157,17 +171,21 @@ def _exchange(
         group, peers = world.group, world.coords
     dims, before, after, md = plan.dims, step.before, step.after, step.mesh_dims
     send, *in_splits = _pack(x, dims, before, after, md, peers, *coord)
-    out_splits = _recv_splits(dims, before, after, md, peers, *coord)
-    recv = _wait(funcol.all_to_all_single(send, list(out_splits), list(in_splits), group))
-    return _unpack(recv, x, dims, before, after, md, peers, *coord)
+    out_splits = list(_recv_splits(dims, before, after, md, peers, *coord))
+    if x.is_complex():
+        in_splits, out_splits = [2 * n for n in in_splits], [2 * n for n in out_splits]
+    recv = _wait(funcol.all_to_all_single(_real(send), out_splits, list(in_splits), group))
+    return _unpack(_complex(recv, x), x, dims, before, after, md, peers, *coord)
 
 
 def _gathered(
-    x: torch.Tensor, plan: Plan, step: Step, group: Any, peers: tuple[Coord, ...], coord: Coord
+    x: torch.Tensor, plan: Plan, step: Step, mesh: DeviceMesh, coord: Coord, world: Group | None
 ) -> torch.Tensor:
     """An all-gather of equal blocks: every peer's whole local tensor, placed by the labels."""
-    flat = x.contiguous().reshape(-1)
-    gathered = _wait(funcol.all_gather_tensor(flat, 0, group))
+    (m,) = step.mesh_dims
+    group, peers = (mesh, m), _along(coord, m, mesh.size(m))
+    flat = _real(x.contiguous().reshape(-1))
+    gathered = _complex(_wait(all_gather(flat, 0, group)), x)
     return _place(gathered, x, plan.dims, step.before, step.after, peers, *coord)
 
 
@@ -209,8 +227,13 @@ def _pack(
         block = _take(x, _box(dims, before, coord, after, q)).reshape(-1)
         blocks.append(block)
         sizes.append(block.numel())
-    send = torch.cat(blocks) if blocks else x.new_empty((0,))
-    return (send, *sizes)
+    if not sum(sizes):
+        # A rank that sends nothing sends itself one element (``_recv_splits`` expects it):
+        # the fake process group (dry runs, one rank of a large world) fills what a rank
+        # receives from what it sends and refuses an empty send buffer.
+        sizes[peers.index(coord)] = 1
+        return (x.new_zeros((1,)), *sizes)
+    return (torch.cat(blocks), *sizes)
 
 
 @_per_rank
@@ -222,10 +245,30 @@ def _recv_splits(
     peers: tuple[Coord, ...],
     *coord: int,
 ) -> tuple[int, ...]:
-    return tuple(
+    sizes = [
         0
         if q == coord or not _peer(q, coord, mesh_dims)
-        else math.prod(_lengths(_box(dims, after, coord, before, q)))
+        else math.prod(_lengths(_box(dims, before, q, after, coord)))
+        for q in peers
+    ]
+    if not _sends(dims, before, after, mesh_dims, peers, coord):
+        sizes[peers.index(coord)] = 1  # the element it sends itself (see ``_pack``)
+    return tuple(sizes)
+
+
+def _sends(
+    dims: tuple[DimLabels, ...],
+    before: State,
+    after: State,
+    mesh_dims: tuple[int, ...],
+    peers: tuple[Coord, ...],
+    coord: Coord,
+) -> bool:
+    """Whether this rank sends any peer anything."""
+    return any(
+        q != coord
+        and _peer(q, coord, mesh_dims)
+        and math.prod(_lengths(_box(dims, before, coord, after, q)))
         for q in peers
     )
 
@@ -248,6 +291,9 @@ def _unpack(
         _put(out, _box(dims, after, coord, before, coord), _take(x, own))
     offset = 0
     for q in peers:
+        if q == coord and not _sends(dims, before, after, mesh_dims, peers, coord):
+            offset += 1  # the element it sent itself (see ``_pack``)
+            continue
         if q == coord or not _peer(q, coord, mesh_dims):
             continue
         ranges = _box(dims, after, coord, before, q)
@@ -267,15 +313,14 @@ def _partition(
     return x
 
 
-_STEPS: dict[Kind, Callable[..., torch.Tensor]] = {
-    Kind.CHUNK: _chunk,
-    Kind.ALL_REDUCE: _all_reduce,
-    Kind.REDUCE_SCATTER: _reduce_scatter,
-    Kind.ALL_TO_ALL: _exchange,
-    Kind.PERMUTE: _exchange,
-    Kind.ALL_GATHER: _exchange,
-    Kind.PARTITION: _partition,
+# Each step runs as its ``collective`` says (``Step.collective`` decides), or locally.
+_COLLECTIVE: dict[str, Callable[..., torch.Tensor]] = {
+    "all_reduce": _all_reduce,
+    "reduce_scatter_tensor": _reduce_scatter,
+    "all_gather_into_tensor": _gathered,
+    "all_to_all_single": _exchange,
 }
+_LOCAL: dict[Kind, Callable[..., torch.Tensor]] = {Kind.CHUNK: _chunk, Kind.PARTITION: _partition}
 
 
 # ------------------------------------------------------------------ boxes of local tensors

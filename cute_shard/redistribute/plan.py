@@ -175,12 +175,15 @@ def _plan(
     for m in (m.mesh_dim for m in moves if m.dst.kind == "P"):
         builder.add(Kind.PARTITION, [m], reduce_op=dst[m].reduce_op)
 
+    final = tuple(tuple(s for s in d.slots if s[0] == DST) for d in dims)
     return Plan(
         shape,
         mesh,
         src,
         dst,
         dims,
+        start,
+        final,
         _with_kinds(moves, builder.steps),
         tuple(builder.steps),
         max(builder.received, default=0),
@@ -194,10 +197,8 @@ def physical_limit(plan: Plan) -> int:
     shard a rank does not hold in the source (Partial counted as held), computed from the two
     shardings alone."""
     dims, ranks = plan.dims, mesh_ranks(plan.mesh)
-    start = tuple(tuple(s for s in d.slots if s[0] == SRC) for d in dims)
-    final = tuple(tuple(s for s in d.slots if s[0] == DST) for d in dims)
-    need = _sizes(dims, final, ranks)
-    held = _sizes(dims, _union(final, start), ranks)
+    need = _sizes(dims, plan.final, ranks)
+    held = _sizes(dims, _union(plan.final, plan.start), ranks)
     return max((a - b for a, b in zip(need, held, strict=True)), default=0)
 
 
@@ -361,37 +362,49 @@ class _Builder:
         after = self.next_state(mesh_dims, add, drop)
         received = reduced = peers = 0
         sizes = _sizes(self.dims, before, self.ranks)
-        even = min(sizes, default=0) == max(sizes, default=0)
+        even = uniform = min(sizes, default=0) == max(sizes, default=0)
         if kind.reduces:
             self.reduced = [a + b for a, b in zip(self.reduced, sizes, strict=True)]
             reduced = max(sizes, default=0)
         elif not kind.local:
-            kind, received, peers = self._exchange(kind, tuple(mesh_dims), before, after)
+            kind, got, peers = self._exchange(kind, tuple(mesh_dims), before, after)
+            received = max(got, default=0)
+            uniform = min(got, default=0) == received
         if after != before:
             sizes = _sizes(self.dims, after, self.ranks)
             even = even and min(sizes, default=0) == max(sizes, default=0)
         self.steps.append(
-            Step(kind, tuple(mesh_dims), before, after, received, reduced, peers, reduce_op, even)
+            Step(
+                kind,
+                tuple(mesh_dims),
+                before,
+                after,
+                received,
+                reduced,
+                peers,
+                reduce_op,
+                even,
+                uniform,
+            )
         )
         self.state = after
 
     def _exchange(
         self, kind: Kind, mesh_dims: tuple[int, ...], before: State, after: State
-    ) -> tuple[Kind, int, int]:
-        """The busiest rank's receipt, the most peers a rank receives from, and the
-        collective's name: an all-gather where every rank keeps what it held, a permutation
-        where each rank's new part comes from one peer, otherwise an all-to-all."""
+    ) -> tuple[Kind, list[int], int]:
+        """The step's name (an all-gather where every rank keeps what it held, a permutation
+        where each rank's new part comes from one peer, otherwise an all-to-all), what each
+        rank receives, and the most peers a rank receives from."""
         need = _sizes(self.dims, after, self.ranks)
         kept = _sizes(self.dims, _union(before, after), self.ranks)
         got = [a - b for a, b in zip(need, kept, strict=True)]
         self.received = [a + b for a, b in zip(self.received, got, strict=True)]
-        received = max(got, default=0)
         if kind is Kind.ALL_GATHER:
-            return kind, received, math.prod(self.ranks.mesh[m] for m in mesh_dims) - 1
+            return kind, got, math.prod(self.ranks.mesh[m] for m in mesh_dims) - 1
         if kept == _sizes(self.dims, before, self.ranks):
-            return Kind.ALL_GATHER, received, self._peers(mesh_dims, after, got)
+            return Kind.ALL_GATHER, got, self._peers(mesh_dims, after, got)
         peers = self._peers(mesh_dims, after, got)
-        return (Kind.PERMUTE if peers <= 1 else Kind.ALL_TO_ALL), received, peers
+        return (Kind.PERMUTE if peers <= 1 else Kind.ALL_TO_ALL), got, peers
 
     def _peers(self, mesh_dims: tuple[int, ...], after: State, got: list[int]) -> int:
         """The most peers a rank receives from: an element's sender is the rank whose source

@@ -62,7 +62,8 @@ class Step:
     local steps and reductions). ``reduced``: the elements the busiest rank hands to a
     reduction (reductions only). ``peers``: the most peers any rank receives from. ``even``:
     every rank holds as many elements as every other, before and after (so a gather's blocks
-    are equal and it can be a plain all-gather).
+    are equal and it can be a plain all-gather). ``uniform``: every rank receives (or
+    reduces) as much as the busiest.
     """
 
     kind: Kind
@@ -74,6 +75,22 @@ class Step:
     peers: int = 0
     reduce_op: str | None = None
     even: bool = True
+    uniform: bool = True
+
+    @property
+    def collective(self) -> str | None:
+        """The functional collective that runs the step (torch's op name, as ``CommDebugMode``
+        counts it), or None for a local step: a gather of equal blocks on one mesh dim is an
+        all-gather; any other exchange is an all-to-all with the blocks' sizes as splits."""
+        if self.kind.local:
+            return None
+        if self.kind is Kind.ALL_REDUCE:
+            return "all_reduce"
+        if self.kind is Kind.REDUCE_SCATTER:
+            return "reduce_scatter_tensor"
+        if self.kind is Kind.ALL_GATHER and self.even and len(self.mesh_dims) == 1:
+            return "all_gather_into_tensor"
+        return "all_to_all_single"
 
     def __str__(self) -> str:
         dims = ",".join(f"m{m}" for m in self.mesh_dims)
@@ -82,7 +99,8 @@ class Step:
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """A redistribution of a tensor of ``shape`` on ``mesh`` from ``src`` to ``dst``.
+    """A redistribution of a tensor of ``shape`` on ``mesh`` from ``src`` to ``dst``: the
+    ranks hold ``start`` (the source's slots) and end holding ``final`` (the target's).
 
     ``received`` is the most elements any rank receives over all data steps; it is the
     physical limit (``plan.physical_limit``: the most elements of its target shard a rank does
@@ -96,15 +114,13 @@ class Plan:
     src: tuple[PlacementSpec, ...]
     dst: tuple[PlacementSpec, ...]
     dims: tuple[DimLabels, ...]
+    start: State
+    final: State
     moves: tuple[Move, ...]
     steps: tuple[Step, ...]
     received: int
     reduced: int
     split: bool = False
-
-    @property
-    def start(self) -> State:
-        return self.steps[0].before if self.steps else _empty(len(self.shape))
 
     def local_shape(self, state: State, coord: tuple[int, ...]) -> tuple[int, ...]:
         """The local tensor's shape on the rank at ``coord`` in ``state``."""
@@ -116,10 +132,6 @@ class Plan:
     def __str__(self) -> str:
         steps = "; ".join(str(s) for s in self.steps) or "nothing moves"
         return f"{_specs(self.src)} -> {_specs(self.dst)}: {steps}"
-
-
-def _empty(ndim: int) -> State:
-    return tuple(() for _ in range(ndim))
 
 
 def _specs(ps: tuple[PlacementSpec, ...]) -> str:

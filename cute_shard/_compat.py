@@ -1,0 +1,23 @@
+"""torch's private DTensor names that differ between the releases cute_shard supports, read in
+one place.
+
+Each name here is looked up once, at import, by what it does; callers use these and never
+the private modules' spellings, so a release that renames one changes only this file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch.distributed._functional_collectives as funcol
+
+__all__ = ["all_gather", "reduce_scatter"]
+
+# torch 2.13 renamed the tensor collectives ``*_tensor`` -> ``*_single`` (the old names warn).
+all_gather: Callable[..., Any] = (
+    getattr(funcol, "all_gather_single", None) or funcol.all_gather_tensor
+)
+reduce_scatter: Callable[..., Any] = (
+    getattr(funcol, "reduce_scatter_single", None) or funcol.reduce_scatter_tensor
+)

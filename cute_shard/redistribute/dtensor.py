@@ -1,0 +1,345 @@
+"""DTensor's redistribution, done by the planner: the execution every path uses and the price
+op strategies pay, both read off the same plan.
+
+DTensor moves data in one function, ``_redistribute.redistribute_local_tensor(local,
+current_spec, target_spec, ...)``: ``DTensor.redistribute`` and ``full_tensor`` call it through
+the ``Redistribute`` autograd function (whose backward calls it again, from the target back to
+the source, with Partial normalised as torch does), op dispatch calls it to bring inputs to the
+chosen strategy, and ``from_local``'s backward. Op strategies price candidates with
+``_collective_utils.redistribute_cost(current_spec, target_spec)``. ``install()`` rebinds
+both names in every module that bound them at import; ``uninstall()`` puts torch's back.
+
+- ``redistribute_local_tensor``: the plan for the two specs (cached by the specs), checked
+  against the local tensor before any collective runs, then ``execute``.
+- ``redistribute_cost``: the plan's cost in torch's units (microseconds of its ring model:
+  per step, a latency per hop plus the busiest rank's bytes over the mesh dim's bandwidth), so
+  strategies keep comparing on one scale; what torch's model refuses (Shard -> Partial, one
+  Partial op to another) stays infinite. Cached by the specs; no search.
+
+A ``_StridedShard`` means what ``distribute_tensor`` does with it, its split factor. A spec that
+reads it as an encoded shard order (``use_strided_shard_as_shard_order``) places the same data
+wherever the order decodes (``tests/redistribute/test_shard_order.py`` checks every decodable
+case of small meshes), so one reading serves both. What the planner does not model is handed to
+torch's own function: placements other than Replicate, Shard, ``_StridedShard`` and
+``Partial`` (``_MaskPartial``), a spec with an explicit non-default shard order, symbolic sizes,
+and two different meshes.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch._subclasses.fake_tensor import unset_fake_temporarily
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import _collective_utils, _dispatch, _redistribute
+from torch.distributed.tensor import _utils as _tensor_utils
+from torch.distributed.tensor._dtensor_spec import DTensorSpec
+from torch.distributed.tensor._ops import utils as _ops_utils
+from torch.distributed.tensor.placement_types import Partial, Replicate, Shard, _StridedShard
+
+from ..notation import PlacementSpec
+from .execute import Group, execute
+from .plan import plan_redistribution
+from .types import Kind, Plan, Step
+
+__all__ = [
+    "install",
+    "is_installed",
+    "plan_for_specs",
+    "redistribute_cost",
+    "redistribute_local_tensor",
+    "set_observer",
+    "uninstall",
+]
+
+_MODELLED = (Replicate, Shard, _StridedShard, Partial)
+
+
+def _specs(placements: Sequence[Any]) -> tuple[PlacementSpec, ...] | None:
+    """The placements in the planner's notation, or None for one it does not model."""
+    out = []
+    for p in placements:
+        if type(p) not in _MODELLED:
+            return None
+        out.append(PlacementSpec.of(p))
+    return tuple(out)
+
+
+def _modelled(spec: DTensorSpec) -> bool:
+    """Whether the planner reads ``spec`` as DTensor places its data."""
+    meta = spec.tensor_meta
+    if meta is None or not all(type(n) is int for n in meta.shape):
+        return False
+    if not all(type(p) in _MODELLED for p in spec.placements):
+        return False
+    if spec.use_strided_shard_as_shard_order:
+        return True  # the order is read off the split factors, which it places alike
+    return spec.shard_order == DTensorSpec.compute_default_shard_order(spec.placements)
+
+
+def _joint(mesh: DeviceMesh) -> Group | None:
+    """The default group, for steps over several mesh dims, when the mesh holds every one of
+    its ranks (then every rank runs the same plan, so one collective over all of them is
+    safe); otherwise None, and such steps move one mesh dim at a time."""
+    if not dist.is_initialized():
+        return None
+    return _joint_in(mesh, dist.group.WORLD)
+
+
+@functools.lru_cache(maxsize=256)
+def _joint_in(mesh: DeviceMesh, world: Any) -> Group | None:
+    if mesh.size() != dist.get_world_size(world):
+        return None
+    with unset_fake_temporarily():  # the mesh's rank table is a real tensor, also under tracing
+        ranks: list[int] = mesh.mesh.reshape(-1).tolist()
+    coords: list[tuple[int, ...]] = [()] * mesh.size()
+    everywhere = itertools.product(*(range(n) for n in tuple(mesh.shape)))
+    for rank, coord in zip(ranks, everywhere, strict=True):  # both row-major
+        coords[rank] = coord
+    return Group(world, tuple(coords))
+
+
+def plan_for_specs(current: DTensorSpec, target: DTensorSpec) -> Plan:
+    """The plan from ``current`` to ``target`` (same mesh, both modelled), with steps over
+    several mesh dims where the mesh has a group for them (``_joint``)."""
+    return _plan_for(current, target, _joint(current.mesh) is not None)
+
+
+@functools.lru_cache(maxsize=4096)
+def _plan_for(current: DTensorSpec, target: DTensorSpec, joint: bool) -> Plan:
+    """Cached by the two specs: what decides the plan (mesh, placements, global shape) is in
+    them."""
+    src, dst = _specs(current.placements), _specs(target.placements)
+    if src is None or dst is None:
+        raise ValueError(f"cannot plan {current.placements} -> {target.placements}")
+    mesh = tuple(current.mesh.shape)
+    return plan_redistribution(tuple(current.shape), mesh, src, dst, joint=joint)
+
+
+# --------------------------------------------------------------------------------- execution
+
+
+class Observer:
+    """Told of every redistribution cute_shard runs (``tracing`` records them)."""
+
+    def redistributed(
+        self, current: DTensorSpec, target: DTensorSpec, plan: Plan, explicit: bool
+    ) -> None: ...
+
+
+_observer: Observer | None = None
+
+
+def set_observer(observer: Observer | None) -> Observer | None:
+    """Install ``observer`` (None: none); returns the previous one."""
+    global _observer
+    previous, _observer = _observer, observer
+    return previous
+
+
+def redistribute_local_tensor(
+    local_tensor: torch.Tensor,
+    current_spec: DTensorSpec,
+    target_spec: DTensorSpec,
+    *,
+    async_op: bool = False,
+    use_graph_based_transform: bool | None = None,
+    is_explicit: bool = False,
+) -> torch.Tensor:
+    """``local_tensor`` (this rank's shard under ``current_spec``) as its shard under
+    ``target_spec``: torch's signature, cute_shard's plan. Collectives complete before it
+    returns (``async_op`` is accepted and ignored)."""
+    torch_fn = _saved_torch_function()
+    if current_spec.mesh != target_spec.mesh or not (
+        _modelled(current_spec) and _modelled(target_spec)
+    ):
+        return torch_fn(
+            local_tensor,
+            current_spec,
+            target_spec,
+            async_op=async_op,
+            use_graph_based_transform=use_graph_based_transform,
+            is_explicit=is_explicit,
+        )
+    mesh = current_spec.mesh
+    if not mesh._is_current_rank_part_of_mesh():
+        return local_tensor
+    plan = plan_for_specs(current_spec, target_spec)
+    coord = mesh.get_coordinate()
+    if coord is None:  # pragma: no cover - part of the mesh always has a coordinate
+        return local_tensor
+    squeezed = _squeezed(local_tensor, plan, coord)
+    if squeezed:
+        local_tensor = local_tensor.reshape(plan.local_shape(plan.start, tuple(coord)))
+    world = _joint(mesh) if any(len(s.mesh_dims) > 1 for s in plan.steps) else None
+    out = execute(local_tensor, plan, mesh, coord, world)
+    if squeezed:
+        out = out.reshape([n for d, n in enumerate(out.shape) if d not in squeezed])
+    if _observer is not None:
+        _observer.redistributed(current_spec, target_spec, plan, is_explicit)
+    return out
+
+
+def _squeezed(local: torch.Tensor, plan: Plan, coord: Sequence[Any]) -> tuple[int, ...]:
+    """The dims of global size 1 that ``local`` lacks (torch's in-place ``squeeze_``
+    squeezes the local tensor but leaves the DTensor's global shape as it was; the result
+    stays squeezed). Any other local tensor that is not this rank's source shard (a wrong
+    global shape or mesh) raises before a collective runs: with wrong sizes a collective
+    hangs or returns wrong data."""
+    if not all(type(c) is int for c in coord):
+        return ()  # simulated ranks: each rank's shape is its own
+    want = plan.local_shape(plan.start, tuple(coord))
+    have = tuple(local.shape)
+    if have == want:
+        return ()
+    missing: list[int] = []
+    i = 0
+    for d, n in enumerate(want):
+        if i < len(have) and have[i] == n:
+            i += 1
+        elif plan.shape[d] == 1:
+            missing.append(d)
+        else:
+            break
+    if i == len(have) and len(have) + len(missing) == len(want):
+        return tuple(missing)
+    raise ValueError(
+        f"rank at mesh coordinate {tuple(coord)}: its local tensor has shape {have}, but "
+        f"{_text(plan.src)} of a global {plan.shape} on mesh {plan.mesh} gives it {want}; "
+        "the DTensor's global shape or mesh does not match its local data"
+    )
+
+
+def _text(ps: Sequence[PlacementSpec]) -> str:
+    return "[" + ", ".join(str(p) for p in ps) + "]"
+
+
+# ---------------------------------------------------------------------------------- pricing
+
+
+def redistribute_cost(current_spec: DTensorSpec, target_spec: DTensorSpec) -> float:
+    """The plan's cost in torch's units (see the module docstring); torch's own function for
+    what the planner does not model."""
+    if current_spec.mesh != target_spec.mesh:
+        return float("inf")
+    if current_spec.is_replicated():
+        return 0.0  # only local chunks and partitions
+    if not (_modelled(current_spec) and _modelled(target_spec)):
+        return _saved_torch_cost()(current_spec, target_spec)
+    if not current_spec.mesh._is_current_rank_part_of_mesh():
+        return 0.0
+    return _cost(current_spec, target_spec)
+
+
+@functools.lru_cache(maxsize=4096)
+def _cost(current: DTensorSpec, target: DTensorSpec) -> float:
+    for a, b in zip(current.placements, target.placements, strict=True):
+        if a != b and b.is_partial() and not a.is_replicate():
+            return float("inf")  # Shard -> Partial, Partial(op) -> Partial(other): torch bans
+    plan = plan_for_specs(current, target)
+    itemsize = current.tensor_meta.dtype.itemsize if current.tensor_meta is not None else 4
+    topo = _collective_utils.MeshTopoInfo.build_from_mesh(current.mesh)
+    return sum(_step_cost(step, itemsize, topo) for step in plan.steps)
+
+
+def _step_cost(step: Step, itemsize: int, topo: Any) -> float:
+    """One step in torch's ring model: a base latency, one hop's latency per other rank of
+    the group, and the busiest rank's bytes over the slowest mesh dim's bandwidth (an
+    all-reduce moves its data twice)."""
+    if step.kind.local:
+        return 0.0
+    peers = math.prod(topo.mesh_dim_devices[m] for m in step.mesh_dims)
+    hops = peers - 1
+    latency = max(topo.mesh_dim_latency[m] for m in step.mesh_dims)
+    bandwidth = min(topo.mesh_dim_bandwidth[m] for m in step.mesh_dims)
+    if step.kind is Kind.ALL_REDUCE:
+        hops *= 2
+        volume = 2 * step.reduced * (peers - 1) / peers
+    elif step.kind is Kind.REDUCE_SCATTER:
+        volume = step.reduced * (peers - 1) / peers
+    else:
+        volume = step.received
+    gigabytes = volume * itemsize / 1024**3
+    return float(6.6 + hops * latency + gigabytes / bandwidth * 1e6)
+
+
+# ------------------------------------------------------------------------ install / uninstall
+
+# Every module that holds torch's functions under these names, bound at its import.
+_EXECUTE_HOMES: tuple[Any, ...] = (_redistribute, _dispatch, torch.distributed.tensor._api)
+_COST_HOMES: tuple[Any, ...] = (_collective_utils, _ops_utils, _tensor_utils)
+
+
+@dataclass(frozen=True, slots=True)
+class _Saved:
+    execute: Callable[..., torch.Tensor]
+    cost: Callable[[DTensorSpec, DTensorSpec], float]
+
+
+_saved: _Saved | None = None
+_lock = threading.Lock()
+
+
+def _saved_torch_function() -> Callable[..., torch.Tensor]:
+    return _redistribute.redistribute_local_tensor if _saved is None else _saved.execute
+
+
+def _saved_torch_cost() -> Callable[[DTensorSpec, DTensorSpec], float]:
+    return _collective_utils.redistribute_cost if _saved is None else _saved.cost
+
+
+def is_installed() -> bool:
+    return _saved is not None
+
+
+def install() -> None:
+    """Make every DTensor redistribution and its pricing cute_shard's. Idempotent."""
+    global _saved
+    with _lock:
+        if _saved is not None:
+            return
+        _saved = _Saved(
+            _redistribute.redistribute_local_tensor, _collective_utils.redistribute_cost
+        )
+        for home in _homes(_EXECUTE_HOMES, "redistribute_local_tensor"):
+            home.redistribute_local_tensor = redistribute_local_tensor
+        for home in _homes(_COST_HOMES, "redistribute_cost"):
+            home.redistribute_cost = redistribute_cost
+
+
+def uninstall() -> None:
+    """Give DTensor torch's own redistribution and pricing back (the same objects)."""
+    global _saved
+    with _lock:
+        if _saved is None:
+            return
+        for home in _homes(_EXECUTE_HOMES, "redistribute_local_tensor"):
+            home.redistribute_local_tensor = _saved.execute
+        for home in _homes(_COST_HOMES, "redistribute_cost"):
+            home.redistribute_cost = _saved.cost
+        _saved = None
+        cache_clear()
+
+
+def _homes(modules: tuple[Any, ...], name: str) -> list[Any]:
+    """The modules that bind ``name`` (torch's tensor-parallel transform too, once loaded)."""
+    import sys
+
+    extra = sys.modules.get("torch.distributed.tensor.experimental._tp_transform")
+    found = [m for m in (*modules, extra) if m is not None and hasattr(m, name)]
+    return found
+
+
+def cache_clear() -> None:
+    """Empty the plan and price caches."""
+    _plan_for.cache_clear()
+    _cost.cache_clear()
+    _joint_in.cache_clear()
