@@ -88,7 +88,7 @@ def _modelled(spec: DTensorSpec) -> bool:
 def _joint(mesh: DeviceMesh) -> Group | None:
     """The default group, for steps over several mesh dims, when the mesh holds every one of
     its ranks (then every rank runs the same plan, so one collective over all of them is
-    safe); otherwise None, and such steps move one mesh dim at a time."""
+    safe; ``plan_for_specs`` plans such steps only then); otherwise None."""
     if not dist.is_initialized():
         return None
     return _joint_in(mesh, dist.group.WORLD)
@@ -110,7 +110,9 @@ def _joint_in(mesh: DeviceMesh, world: Any) -> Group | None:
 def plan_for_specs(current: DTensorSpec, target: DTensorSpec) -> Plan:
     """The plan from ``current`` to ``target`` (same mesh, both modelled), with steps over
     several mesh dims where the mesh has a group for them (``_joint``)."""
-    return _plan_for(current, target, _joint(current.mesh) is not None)
+    mesh = current.mesh
+    joint = dist.is_initialized() and mesh.size() == dist.get_world_size()
+    return _plan_for(current, target, joint)
 
 
 @functools.lru_cache(maxsize=4096)

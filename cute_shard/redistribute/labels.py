@@ -74,6 +74,8 @@ def dim_runs(n: int, levels: tuple[tuple[int, int], ...]) -> tuple[Run, ...]:
     Post: the runs are sorted, disjoint and cover ``[0, n)``; the positions labelled with
     coordinates ``c`` are the rank's local positions under DTensor's semantics, in order.
     """
+    if len(levels) == 1 and levels[0][1] == 1:  # one Shard: torch.chunk's pieces
+        return tuple((a, b, (c,)) for c, (a, b) in enumerate(chunk(n, levels[0][0])) if b > a)
     runs: list[Run] = [(0, n, ())] if n else []
     for size, split_factor in levels:
         mine: dict[tuple[int, ...], list[tuple[int, int]]] = {}
@@ -149,18 +151,26 @@ class DimLabels:
             self._memo[slots] = memo = out
         return memo  # type: ignore[return-value]
 
-    def per_rank(self, slots: tuple[Slot, ...], ranks: Ranks) -> tuple[int, ...]:
+    def per_rank(self, slots: tuple[Slot, ...], ranks: Ranks) -> int | tuple[int, ...]:
         """Each rank's length of this dim in a state constrained by ``slots``, in the order of
-        ``ranks``."""
+        ``ranks``; one int when every rank's is the same (even shards: the common case, which
+        then costs nothing per rank)."""
         key = (slots, ranks.mesh)
         memo = self._memo.get(key)
         if memo is None:
-            if slots:
-                counts = self.counts(slots)
-                keys = zip(*(ranks.column(m) for _, m in slots), strict=True)
-                memo = tuple(counts.get(k, 0) for k in keys)
+            if not slots:
+                memo = self.size
             else:
-                memo = (self.size,) * len(ranks.coords)
+                counts = self.counts(slots)
+                values = counts.values()
+                combos = 1
+                for _, m in slots:
+                    combos *= ranks.mesh[m]
+                if len(counts) == combos and min(values) == max(values):
+                    memo = next(iter(values))
+                else:
+                    keys = zip(*(ranks.column(m) for _, m in slots), strict=True)
+                    memo = tuple(counts.get(k, 0) for k in keys)
             self._memo[key] = memo
         return memo  # type: ignore[return-value]
 
@@ -251,6 +261,11 @@ def dim_labels(
     sharding the dim, in mesh-dim order."""
     a = dim_runs(n, tuple((size, sf) for _, size, sf in src))
     b = dim_runs(n, tuple((size, sf) for _, size, sf in dst))
+    slots = tuple((SRC, m) for m, _, _ in src) + tuple((DST, m) for m, _, _ in dst)
+    if a is b or not dst:  # the cuts are the source's (the same levels: each run once)
+        return DimLabels(n, slots, tuple((x, y, c + c) for x, y, c in a) if dst else a)
+    if not src:
+        return DimLabels(n, slots, b)
     segments: list[tuple[int, int, tuple[int, ...]]] = []
     i = j = 0
     pos = 0
@@ -267,5 +282,4 @@ def dim_labels(
             i += 1
         if rb[1] == stop:
             j += 1
-    slots = tuple((SRC, m) for m, _, _ in src) + tuple((DST, m) for m, _, _ in dst)
     return DimLabels(n, slots, tuple(segments))

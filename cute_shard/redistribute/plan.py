@@ -310,15 +310,16 @@ def _with_kinds(moves: tuple[Move, ...], steps: list[Step]) -> tuple[Move, ...]:
 
 def _sizes(dims: tuple[DimLabels, ...], state: State, ranks: Ranks) -> list[int]:
     """How many elements each rank holds in ``state``, in the order of ``ranks``."""
-    whole = 1  # the dims no slot constrains, held whole by every rank
+    whole = 1  # the factor every rank shares
     out: list[int] | None = None
     for d, slots in zip(dims, state, strict=True):
-        if not slots:
-            whole *= d.size
+        n = d.per_rank(slots, ranks)
+        if isinstance(n, int):
+            whole *= n
         elif out is None:
-            out = list(d.per_rank(slots, ranks))
+            out = list(n)
         else:
-            out = [a * b for a, b in zip(out, d.per_rank(slots, ranks), strict=True)]
+            out = [a * b for a, b in zip(out, n, strict=True)]
     if out is None:
         return [whole] * len(ranks.coords)
     return [a * whole for a in out] if whole != 1 else out
@@ -338,6 +339,14 @@ class _Builder:
         self.steps: list[Step] = []
         self.received = [0] * len(ranks.coords)
         self.reduced = [0] * len(ranks.coords)
+        self._sizes: dict[State, list[int]] = {}
+
+    def sizes(self, state: State) -> list[int]:
+        """``_sizes`` of ``state``, once per state (a step's result is the next one's start)."""
+        out = self._sizes.get(state)
+        if out is None:
+            out = self._sizes[state] = _sizes(self.dims, state, self.ranks)
+        return out
 
     def next_state(self, mesh_dims: Sequence[int], add: int | None, drop: int | None) -> State:
         out = []
@@ -361,7 +370,7 @@ class _Builder:
         before = self.state
         after = self.next_state(mesh_dims, add, drop)
         received = reduced = peers = 0
-        sizes = _sizes(self.dims, before, self.ranks)
+        sizes = self.sizes(before)
         even = uniform = min(sizes, default=0) == max(sizes, default=0)
         if kind.reduces:
             self.reduced = [a + b for a, b in zip(self.reduced, sizes, strict=True)]
@@ -371,7 +380,7 @@ class _Builder:
             received = max(got, default=0)
             uniform = min(got, default=0) == received
         if after != before:
-            sizes = _sizes(self.dims, after, self.ranks)
+            sizes = self.sizes(after)
             even = even and min(sizes, default=0) == max(sizes, default=0)
         self.steps.append(
             Step(
@@ -395,13 +404,13 @@ class _Builder:
         """The step's name (an all-gather where every rank keeps what it held, a permutation
         where each rank's new part comes from one peer, otherwise an all-to-all), what each
         rank receives, and the most peers a rank receives from."""
-        need = _sizes(self.dims, after, self.ranks)
-        kept = _sizes(self.dims, _union(before, after), self.ranks)
+        need = self.sizes(after)
+        kept = self.sizes(_union(before, after))
         got = [a - b for a, b in zip(need, kept, strict=True)]
         self.received = [a + b for a, b in zip(self.received, got, strict=True)]
         if kind is Kind.ALL_GATHER:
             return kind, got, math.prod(self.ranks.mesh[m] for m in mesh_dims) - 1
-        if kept == _sizes(self.dims, before, self.ranks):
+        if kept == self.sizes(before):
             return Kind.ALL_GATHER, got, self._peers(mesh_dims, after, got)
         peers = self._peers(mesh_dims, after, got)
         return (Kind.PERMUTE if peers <= 1 else Kind.ALL_TO_ALL), got, peers
@@ -434,6 +443,7 @@ class _Builder:
         def worst(order: tuple[int, ...]) -> int:
             trial = _Builder(self.dims, self.ranks, self.state)
             trial.received = list(self.received)
+            trial._sizes = self._sizes
             for m in order:
                 trial.add(Kind.ALL_TO_ALL, [m], add=DST, drop=SRC)
             return max(trial.received, default=0)
