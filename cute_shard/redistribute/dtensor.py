@@ -69,8 +69,13 @@ def _specs(placements: Sequence[Any]) -> tuple[PlacementSpec, ...] | None:
     for p in placements:
         if type(p) not in _MODELLED:
             return None
-        out.append(PlacementSpec.of(p))
+        out.append(_spec(p))
     return tuple(out)
+
+
+@functools.lru_cache(maxsize=1024)
+def _spec(p: Any) -> PlacementSpec:
+    return PlacementSpec.of(p)
 
 
 def _modelled(spec: DTensorSpec) -> bool:
@@ -82,7 +87,8 @@ def _modelled(spec: DTensorSpec) -> bool:
         return False
     if spec.use_strided_shard_as_shard_order:
         return True  # the order is read off the split factors, which it places alike
-    return spec.shard_order == DTensorSpec.compute_default_shard_order(spec.placements)
+    # the default order applies each tensor dim's mesh dims left to right, as placements do
+    return all(list(e.mesh_dims) == sorted(e.mesh_dims) for e in spec.shard_order)
 
 
 def _joint(mesh: DeviceMesh) -> Group | None:
@@ -108,20 +114,42 @@ def _joint_in(mesh: DeviceMesh, world: Any) -> Group | None:
 
 
 def plan_for_specs(current: DTensorSpec, target: DTensorSpec) -> Plan:
-    """The plan from ``current`` to ``target`` (same mesh, both modelled), with steps over
-    several mesh dims where the mesh has a group for them (``_joint``)."""
-    mesh = current.mesh
-    joint = dist.is_initialized() and mesh.size() == dist.get_world_size()
-    return _plan_for(current, target, joint)
+    """The plan from ``current`` to ``target``, with steps over several mesh dims where the
+    mesh has a group for them (``_joint``); ValueError for specs the planner does not model
+    (see the module docstring)."""
+    plan = _plan_or_none(current, target)
+    if plan is None:
+        raise ValueError(
+            f"cute_shard does not plan {current.placements} -> {target.placements} "
+            f"(different meshes, symbolic sizes, an explicit shard order or another placement "
+            f"type): torch's redistribution handles it"
+        )
+    return plan
+
+
+def _plan_or_none(current: DTensorSpec, target: DTensorSpec) -> Plan | None:
+    return _planned(current, target, _spans_world(current.mesh))
+
+
+def _spans_world(mesh: DeviceMesh) -> bool:
+    """Whether the mesh holds every rank of the default group (see ``_joint``)."""
+    return dist.is_initialized() and _spans(mesh, dist.group.WORLD)
+
+
+@functools.lru_cache(maxsize=256)
+def _spans(mesh: DeviceMesh, world: Any) -> bool:
+    return mesh.size() == dist.get_world_size(world)
 
 
 @functools.lru_cache(maxsize=4096)
-def _plan_for(current: DTensorSpec, target: DTensorSpec, joint: bool) -> Plan:
-    """Cached by the two specs: what decides the plan (mesh, placements, global shape) is in
-    them."""
+def _planned(current: DTensorSpec, target: DTensorSpec, joint: bool) -> Plan | None:
+    """The plan, or None where torch's own function must run. Cached by the two specs:
+    what decides the plan (mesh, placements, global shape) is in them."""
+    if current.mesh != target.mesh or not (_modelled(current) and _modelled(target)):
+        return None
     src, dst = _specs(current.placements), _specs(target.placements)
     if src is None or dst is None:
-        raise ValueError(f"cannot plan {current.placements} -> {target.placements}")
+        return None
     mesh = tuple(current.mesh.shape)
     return plan_redistribution(tuple(current.shape), mesh, src, dst, joint=joint)
 
@@ -159,11 +187,9 @@ def redistribute_local_tensor(
     """``local_tensor`` (this rank's shard under ``current_spec``) as its shard under
     ``target_spec``: torch's signature, cute_shard's plan. Collectives complete before it
     returns (``async_op`` is accepted and ignored)."""
-    torch_fn = _saved_torch_function()
-    if current_spec.mesh != target_spec.mesh or not (
-        _modelled(current_spec) and _modelled(target_spec)
-    ):
-        return torch_fn(
+    plan = _plan_or_none(current_spec, target_spec)
+    if plan is None:
+        return _saved_torch_function()(
             local_tensor,
             current_spec,
             target_spec,
@@ -174,7 +200,6 @@ def redistribute_local_tensor(
     mesh = current_spec.mesh
     if not mesh._is_current_rank_part_of_mesh():
         return local_tensor
-    plan = plan_for_specs(current_spec, target_spec)
     coord = mesh.get_coordinate()
     if coord is None:  # pragma: no cover - part of the mesh always has a coordinate
         return local_tensor
@@ -230,23 +255,24 @@ def _text(ps: Sequence[PlacementSpec]) -> str:
 def redistribute_cost(current_spec: DTensorSpec, target_spec: DTensorSpec) -> float:
     """The plan's cost in torch's units (see the module docstring); torch's own function for
     what the planner does not model."""
-    if current_spec.mesh != target_spec.mesh:
-        return float("inf")
-    if current_spec.is_replicated():
-        return 0.0  # only local chunks and partitions
-    if not (_modelled(current_spec) and _modelled(target_spec)):
-        return _saved_torch_cost()(current_spec, target_spec)
-    if not current_spec.mesh._is_current_rank_part_of_mesh():
-        return 0.0
-    return _cost(current_spec, target_spec)
+    cost = _priced(current_spec, target_spec, _spans_world(current_spec.mesh))
+    return _saved_torch_cost()(current_spec, target_spec) if cost is None else cost
 
 
 @functools.lru_cache(maxsize=4096)
-def _cost(current: DTensorSpec, target: DTensorSpec) -> float:
+def _priced(current: DTensorSpec, target: DTensorSpec, joint: bool) -> float | None:
+    if current.mesh != target.mesh:
+        return float("inf")
+    if current.is_replicated():
+        return 0.0  # only local chunks and partitions
+    plan = _planned(current, target, joint)
+    if plan is None:
+        return None
+    if not current.mesh._is_current_rank_part_of_mesh():
+        return 0.0
     for a, b in zip(current.placements, target.placements, strict=True):
         if a != b and b.is_partial() and not a.is_replicate():
             return float("inf")  # Shard -> Partial, Partial(op) -> Partial(other): torch bans
-    plan = plan_for_specs(current, target)
     itemsize = current.tensor_meta.dtype.itemsize if current.tensor_meta is not None else 4
     topo = _collective_utils.MeshTopoInfo.build_from_mesh(current.mesh)
     return sum(_step_cost(step, itemsize, topo) for step in plan.steps)
@@ -342,6 +368,8 @@ def _homes(modules: tuple[Any, ...], name: str) -> list[Any]:
 
 def cache_clear() -> None:
     """Empty the plan and price caches."""
-    _plan_for.cache_clear()
-    _cost.cache_clear()
+    _planned.cache_clear()
+    _priced.cache_clear()
+    _spans.cache_clear()
+    _spec.cache_clear()
     _joint_in.cache_clear()

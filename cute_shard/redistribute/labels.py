@@ -143,11 +143,15 @@ class DimLabels:
         length of a rank's part of this dim in a state constrained by exactly ``slots``."""
         memo = self._memo.get(slots)
         if memo is None:
-            at = self.index(slots)
             out: dict[tuple[int, ...], int] = {}
-            for a, b, lab in self.segments:
-                key = tuple(lab[i] for i in at)
-                out[key] = out.get(key, 0) + b - a
+            if slots == self.slots:
+                for a, b, key in self.segments:
+                    out[key] = out.get(key, 0) + b - a
+            else:
+                at = self.index(slots)
+                for a, b, lab in self.segments:
+                    key = tuple([lab[i] for i in at])
+                    out[key] = out.get(key, 0) + b - a
             self._memo[slots] = memo = out
         return memo  # type: ignore[return-value]
 

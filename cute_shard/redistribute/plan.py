@@ -351,6 +351,9 @@ class _Builder:
     def next_state(self, mesh_dims: Sequence[int], add: int | None, drop: int | None) -> State:
         out = []
         for d, slots in zip(self.dims, self.state, strict=True):
+            if not any(m in mesh_dims for _, m in d.slots):
+                out.append(slots)
+                continue
             keep = [s for s in slots if not (s[0] == drop and s[1] in mesh_dims)]
             new = [s for s in d.slots if s[0] == add and s[1] in mesh_dims]
             out.append(tuple(sorted(set(keep) | set(new))))
