@@ -8,8 +8,14 @@ optionally a complement, a composition or a logical_divide.
 shows what a view op does to a DTensor sharding: layouts, rule, placements, communication and
 which rank holds what (see ``cute_shard.explanation``).
 
+``cute-shard redistribute --shape S --mesh M --from P --to Q`` shows the plan that
+redistributes a DTensor from placements P to Q: the sharded layouts, each mesh dim's move, the
+steps with their collectives, local shapes and bytes, who sends what to whom, the bytes against
+the physical limit, and with ``--compare-torch`` torch's own plan, bytes and result (see
+``cute_shard.redistribute.report``).
+
 Bad arguments print one line, ``cute-shard <command>: error: ...``, and exit 2. ``layout`` does
-not import torch; ``explain`` does, on first use.
+not import torch; ``explain`` and ``redistribute`` do, once their arguments are valid.
 
 Example::
 
@@ -71,6 +77,7 @@ def _parser() -> argparse.ArgumentParser:
     lay.add_argument("--compose", type=_layout_arg, metavar="B", help="print layout ∘ B")
     lay.add_argument("--complement", type=_int_arg, metavar="M", help="complement up to M")
     _add_explain(sub)
+    _add_redistribute(sub)
     return p
 
 
@@ -130,6 +137,49 @@ def _add_explain(sub: argparse._SubParsersAction[_Parser]) -> None:
     exp.add_argument("--no-grid", action="store_true", help="leave out the rank grids")
 
 
+_REDISTRIBUTE_EPILOG = """\
+placements: R, S<dim>, SS<dim>:<split_factor> (_StridedShard, as distribute_tensor places it),
+P or P:<op> (Partial; op: sum, avg, max, min, product), one per mesh dim, comma-separated
+
+example (an FSDP2 + TP weight back to plain shards: one permutation among the ranks):
+  cute-shard redistribute --shape 64,32 --mesh 2,4 --from SS0:4,S0 --to S0,S0
+"""
+
+
+def _add_redistribute(sub: argparse._SubParsersAction[_Parser]) -> None:
+    red = sub.add_parser(
+        "redistribute",
+        help="show the plan that redistributes a DTensor between two shardings",
+        description="Show how cute_shard redistributes a DTensor from one sharding to another:\n"
+        "the sharded layouts, what each mesh dim does and why, the steps with their\n"
+        "collectives, local shapes and bytes, who sends what to whom, and the bytes against\n"
+        "the physical limit (what the busiest rank lacks of its target shard).",
+        epilog=_REDISTRIBUTE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    red.add_argument("--shape", required=True, help="global tensor shape, e.g. 64,32")
+    red.add_argument("--mesh", required=True, help="device mesh shape, e.g. 2,4")
+    red.add_argument(
+        "--from", dest="src", required=True, metavar="PLACEMENTS",
+        help="source placements, one per mesh dim, e.g. SS0:4,S0",
+    )  # fmt: skip
+    red.add_argument(
+        "--to", dest="dst", required=True, metavar="PLACEMENTS",
+        help="target placements, one per mesh dim, e.g. S0,S0",
+    )  # fmt: skip
+    red.add_argument(
+        "--dtype", default="float32", help="element type for byte counts (default float32)"
+    )
+    red.add_argument("--json", action="store_true", help="print a JSON object instead of text")
+    red.add_argument(
+        "--compare-torch",
+        action="store_true",
+        help="also plan and run torch's own redistribution on a simulated world of the mesh's "
+        "size: its steps, its bytes against the limit, and whether its result is right",
+    )
+    red.add_argument("--no-grid", action="store_true", help="leave out the rank grids")
+
+
 def _run_layout(args: argparse.Namespace) -> list[str]:
     a: Layout = args.layout
     lines = [
@@ -163,6 +213,16 @@ def _run_explain(args: argparse.Namespace) -> list[str]:
     return ex.render_text(result, grid=not args.no_grid)
 
 
+def _run_redistribute(args: argparse.Namespace) -> list[str]:
+    from .redistribute import report  # torch-free until a valid request is explained
+
+    request = report.parse_request(args.shape, args.mesh, args.src, args.dst, args.dtype)
+    result = report.explain_redistribution(request, compare_torch=args.compare_torch)
+    if args.json:
+        return [json.dumps(result.to_json(), indent=2)]
+    return report.render_text(result, grid=not args.no_grid)
+
+
 # A comma list of integers that starts with a minus sign, e.g. -1,32.
 _NEGATIVE_LIST = re.compile(r"-\d+(\s*,\s*-?\d+)+")
 
@@ -183,7 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
-    run = _run_explain if args.command == "explain" else _run_layout
+    runs = {"explain": _run_explain, "redistribute": _run_redistribute, "layout": _run_layout}
+    run = runs[args.command]
     try:
         lines = run(args)
     except ValueError as e:

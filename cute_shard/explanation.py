@@ -56,7 +56,7 @@ import os
 import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, overload
 
 from . import ownership, rules
 from .layout import Layout
@@ -77,6 +77,7 @@ if TYPE_CHECKING:
 
     from .engine import Blocked, ShardedLayout
     from .redistribute import Plan
+    from .redistribute.report import RedistributionReport
 
 # torch is imported only once a case is explained (``explain``): everything before that is
 # torch-free, so a bad argument is reported in a tenth of a second rather than after torch's
@@ -92,6 +93,7 @@ __all__ = [
     "communication",
     "explain",
     "explain_dtensor",
+    "grid_rows",
     "parse_case",
     "parse_placement",
     "parse_placements",
@@ -467,13 +469,33 @@ def _pictures(case: Case, target: Placements, output: Placements) -> tuple[Pictu
     return tuple(pics)
 
 
+@overload
+def explain_dtensor(  # type: ignore[overload-overlap]  # the literal comes first, as meant
+    dtensor: DTensor,
+    op: Literal["redistribute"],
+    *args: object,
+    strict: bool = False,
+    compare_torch: bool = False,
+) -> RedistributionReport: ...
+
+
+@overload
 def explain_dtensor(
     dtensor: DTensor,
     op: str,
     *args: object,
     strict: bool = False,
     compare_torch: bool = False,
-) -> Explanation:
+) -> Explanation: ...
+
+
+def explain_dtensor(
+    dtensor: DTensor,
+    op: str,
+    *args: object,
+    strict: bool = False,
+    compare_torch: bool = False,
+) -> Explanation | RedistributionReport:
     """What ``dtensor.<op>(*args)`` does to the sharding, and why (``cute_shard.explain``).
 
     ``op`` is one of ``OPS`` (view, reshape, flatten, unflatten, permute, transpose, squeeze,
@@ -484,21 +506,63 @@ def explain_dtensor(
     verdicts. ``print()`` the result for the text ``cute-shard explain`` prints for the same
     global shape, mesh, placements and dtype; ``.to_json()`` is its ``--json`` object.
 
+    ``op == "redistribute"`` with one argument, the target placements as
+    ``DTensor.redistribute`` takes them (``explain(x, "redistribute", [Shard(0), Shard(1)])``),
+    explains the redistribution plan instead: the result prints what ``cute-shard
+    redistribute`` prints for the DTensor's shape, mesh, placements and dtype and that
+    target (``cute_shard.redistribute.report``); ``compare_torch`` adds torch's plan, bytes
+    and result.
+
     The DTensor and the arguments are written as the command line's strings and go through
-    ``parse_case`` and ``explain``, so both answer from one path. Bad arguments raise
-    ValueError naming them.
+    ``parse_case`` and ``explain`` (``parse_request`` and ``explain_redistribution``), so
+    both answer from one path. Bad arguments raise ValueError naming them.
     """
     facts = read_dtensor(dtensor, "explain")
+    shape = ",".join(str(n) for n in facts.shape)
+    mesh = ",".join(str(n) for n in facts.mesh)
+    placements = ",".join(str(p) for p in facts.placements)
+    if op == "redistribute":
+        from .redistribute.report import explain_redistribution, parse_request
+
+        if strict:
+            raise ValueError(
+                "explain: redistribute: strict applies to view ops; a redistribution moves "
+                "what it must"
+            )
+        target = _python_placements(args, len(facts.mesh))
+        request = parse_request(shape, mesh, placements, target, dtype=facts.dtype)
+        return explain_redistribution(request, compare_torch=compare_torch)
     case = parse_case(
-        ",".join(str(n) for n in facts.shape),
-        ",".join(str(n) for n in facts.mesh),
-        ",".join(str(p) for p in facts.placements),
+        shape,
+        mesh,
+        placements,
         _op_name(op),
         _python_op_args(op, args),
         strict=strict,
         dtype=facts.dtype,
     )
     return explain(case, compare_torch=compare_torch)
+
+
+def _python_placements(args: tuple[object, ...], mesh_ndim: int) -> str:
+    """``redistribute``'s one argument, a sequence of torch placements (or of
+    ``PlacementSpec``), as the command line's ``--to`` string."""
+    usage = (
+        f"explain: redistribute: expected one sequence of {mesh_ndim} placements, one per mesh "
+        "dim, as DTensor.redistribute takes them, e.g. [Shard(0), Replicate()]"
+    )
+    if len(args) != 1 or not isinstance(args[0], Sequence) or isinstance(args[0], str):
+        raise ValueError(f"{usage}; got {args!r}")
+    specs = []
+    for p in args[0]:
+        if isinstance(p, PlacementSpec):
+            specs.append(p)
+            continue
+        try:
+            specs.append(PlacementSpec.of(p))
+        except ValueError:
+            raise ValueError(f"{usage}; got {p!r} among them") from None
+    return ",".join(str(p) for p in specs)
 
 
 def _op_name(op: object) -> str:
@@ -729,7 +793,7 @@ def render_text(ex: Explanation, *, grid: bool = True) -> list[str]:
     if ex.torch is not None:
         lines += _torch_rows(ex)
     if grid:
-        lines += _grid_rows(ex)
+        lines += grid_rows(ex.pictures)
     return lines
 
 
@@ -813,13 +877,14 @@ def _verdict_text(v: Verdict) -> str:
     return f"{'valid' if v.valid else 'INVALID'}: {v.detail}"
 
 
-def _grid_rows(ex: Explanation) -> list[str]:
+def grid_rows(pictures: Sequence[Picture]) -> list[str]:
+    """The ``ranks`` rows: each picture's text grid under its title and legend."""
     lines = _row(
         "ranks",
         "who holds each element: rows = leading dims flattened, cols = last dim; equal "
         "neighbouring rows and columns are merged and labelled by their index range",
     )
-    for pic in ex.pictures:
+    for pic in pictures:
         if pic.rows is not None and pic.cols is not None and pic.sharded:
             size = f"{len(pic.cols)} cols ({pic.col_dims})"
             if pic.row_dims != "none":

@@ -57,6 +57,7 @@ __all__ = [
     "redistribute_cost",
     "redistribute_local_tensor",
     "set_observer",
+    "torch_redistribute_local_tensor",
     "uninstall",
 ]
 
@@ -189,7 +190,7 @@ def redistribute_local_tensor(
     returns (``async_op`` is accepted and ignored)."""
     plan = _plan_or_none(current_spec, target_spec)
     if plan is None:
-        return _saved_torch_function()(
+        return torch_redistribute_local_tensor()(
             local_tensor,
             current_spec,
             target_spec,
@@ -316,7 +317,9 @@ _saved: _Saved | None = None
 _lock = threading.Lock()
 
 
-def _saved_torch_function() -> Callable[..., torch.Tensor]:
+def torch_redistribute_local_tensor() -> Callable[..., torch.Tensor]:
+    """torch's own ``redistribute_local_tensor``, installed or not (what cute_shard hands
+    the cases it does not model to, and what ``torch_reference`` compares with)."""
     return _redistribute.redistribute_local_tensor if _saved is None else _saved.execute
 
 

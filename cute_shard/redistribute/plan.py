@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import math
 from collections.abc import Sequence
 
 from ..notation import REDUCE_OPS, PlacementSpec
@@ -69,13 +68,25 @@ def plan_redistribution(
     """
     shape_t = _shape(shape)
     mesh_t = _mesh(mesh)
-    return _plan(
-        shape_t,
-        mesh_t,
-        check_placements(src, len(shape_t), mesh_t, "source"),
-        check_placements(dst, len(shape_t), mesh_t, "target"),
-        joint,
-    )
+    src_t = check_placements(src, len(shape_t), mesh_t, "source")
+    dst_t = check_placements(dst, len(shape_t), mesh_t, "target")
+    _check_partials(src_t, dst_t)
+    return _plan(shape_t, mesh_t, src_t, dst_t, joint)
+
+
+# A pending reduction a target can start from a value every rank holds (torch's
+# ``Partial._partition_value``): a product has no such split.
+_PARTITIONABLE = ("sum", "avg", "max", "min")
+
+
+def _check_partials(src: tuple[PlacementSpec, ...], dst: tuple[PlacementSpec, ...]) -> None:
+    for m, (s, t) in enumerate(zip(src, dst, strict=True)):
+        if t.kind == "P" and not (s == t or t.reduce_op in _PARTITIONABLE):
+            raise ValueError(
+                f"target placement {t} on mesh dim {m}: a pending {t.reduce_op} can only be "
+                f"kept from a source {t}, not started from {s} (a value cannot be split into "
+                f"factors; {', '.join(_PARTITIONABLE)} can)"
+            )
 
 
 def _shape(shape: Sequence[int]) -> tuple[int, ...]:
@@ -411,11 +422,9 @@ class _Builder:
         kept = self.sizes(_union(before, after))
         got = [a - b for a, b in zip(need, kept, strict=True)]
         self.received = [a + b for a, b in zip(self.received, got, strict=True)]
-        if kind is Kind.ALL_GATHER:
-            return kind, got, math.prod(self.ranks.mesh[m] for m in mesh_dims) - 1
-        if kept == self.sizes(before):
-            return Kind.ALL_GATHER, got, self._peers(mesh_dims, after, got)
         peers = self._peers(mesh_dims, after, got)
+        if kind is Kind.ALL_GATHER or kept == self.sizes(before):
+            return Kind.ALL_GATHER, got, peers
         return (Kind.PERMUTE if peers <= 1 else Kind.ALL_TO_ALL), got, peers
 
     def _peers(self, mesh_dims: tuple[int, ...], after: State, got: list[int]) -> int:
