@@ -266,14 +266,17 @@ def _priced(current: DTensorSpec, target: DTensorSpec, joint: bool) -> float | N
         return float("inf")
     if current.is_replicated():
         return 0.0  # only local chunks and partitions
-    plan = _planned(current, target, joint)
+    for a, b in zip(current.placements, target.placements, strict=True):
+        if a != b and b.is_partial() and not a.is_replicate():
+            return float("inf")  # Shard -> Partial, Partial(op) -> Partial(other): torch bans
+    try:
+        plan = _planned(current, target, joint)
+    except ValueError:
+        return float("inf")  # a pair the planner refuses is never the cheaper strategy
     if plan is None:
         return None
     if not current.mesh._is_current_rank_part_of_mesh():
         return 0.0
-    for a, b in zip(current.placements, target.placements, strict=True):
-        if a != b and b.is_partial() and not a.is_replicate():
-            return float("inf")  # Shard -> Partial, Partial(op) -> Partial(other): torch bans
     itemsize = current.tensor_meta.dtype.itemsize if current.tensor_meta is not None else 4
     topo = _collective_utils.MeshTopoInfo.build_from_mesh(current.mesh)
     return sum(_step_cost(step, itemsize, topo) for step in plan.steps)
