@@ -2,8 +2,10 @@
 
 The two blocks of ``trace_models.py`` (a tensor-parallel MLP on an odd batch and an attention
 block with 3 heads over 2 tp ranks) run on a fake process group of 4 ranks in this process and
-on 4 real gloo ranks; both give every view op of the blocks with the placements and moves
-below (``GOLDEN``), and the moves are the collectives CommDebugMode counts. The rest checks
+on 4 real gloo ranks; both give every view op and redistribution of the blocks with the
+placements and moves below (``GOLDEN``), and the moves and steps are the collectives
+CommDebugMode counts. The same spawn of 4 ranks runs ``test_trace_redistribute.py``'s small
+program (its records, checked there, and its answers on real data). The rest checks
 what the trace records of single ops (strict refusals, the reshape family, backward, the
 in-place squeeze_), that a trace changes no answer, and that it leaves nothing behind.
 """
@@ -32,12 +34,14 @@ from . import trace_models
 from .conftest import fake_world
 from .multirank import run_world
 from .test_install import dtensor
+from .test_trace_redistribute import check_small
 
 ALL_GATHER = "c10d_functional.all_gather_into_tensor"
 ALL_TO_ALL = "c10d_functional.all_to_all_single"
 
-# Every view op of Blocks.both(), in order: op [method] args of shape: input -> target ->
-# output; moves; cache; the function of the program's line.
+# Every record of Blocks.both(), in order. A view op: op [method] args of shape: input ->
+# target -> output; moves; cache; the function of the program's line. A redistribution:
+# redistribute by what asked of shape: input -> target; steps; the function.
 # fmt: off
 GOLDEN = [
     # mlp: 2 and 1 sequences per dp rank do not flatten to even token shards: mesh dim 0 moves
@@ -73,6 +77,8 @@ GOLDEN = [
     "transpose 1 2 of (2, 3, 3, 4): S0,R -> S0,R -> S0,R; -; hit; attention",
     "_unsafe_view (2, 3, 12) of (2, 3, 3, 4): S0,R -> S0,R -> S0,R; -; miss; attention",
     "view (6, 12) of (2, 3, 12): S0,R -> S0,R -> S0,R; -; miss; attention",
+    # wo is row-parallel: mm takes each rank's columns of the replicated heads (no collective)
+    "redistribute by mm (input 0) of (6, 12): S0,R -> S0,S1; m1 chunk; attention",
     "_unsafe_view (2, 3, 8) of (6, 8): S0,P -> S0,P -> S0,P; -; miss; attention",
 ]
 # fmt: on
@@ -80,11 +86,20 @@ GOLDEN = [
 
 def brief(r: dict[str, Any]) -> str:
     """A record (as JSON) in GOLDEN's notation."""
+    where = r["source"]["function"]
+    if r["record"] == "redistribution":
+        steps = ",".join(
+            f"{','.join(f'm{m}' for m in s['mesh_dims'])} {s['kind']}" for s in r["steps"]
+        )
+        move = " -> ".join(",".join(p) for p in (r["input"], r["target"]))
+        return (
+            f"redistribute by {r['asked_by']['text']} of {tuple(r['shape'])}: {move}; "
+            f"{steps or '-'}; {where}"
+        )
     args = " ".join(str(tuple(a)) if isinstance(a, list) else str(a) for a in r["args"])
     moves = ",".join(f"m{m['mesh_dim']} {m['collective']}" for m in r["moves"]) or "-"
     op = r["op"] if r["method"] is None else f"{r['op']} [{r['method']}]"
     flow = " -> ".join(",".join(p) for p in (r["input"], r["target"], r["output"]))
-    where = r["source"]["function"]
     return f"{op} {args} of {tuple(r['shape'])}: {flow}; {moves}; {r['cache']}; {where}"
 
 
@@ -93,16 +108,26 @@ def check_run(result: dict[str, Any]) -> None:
     cache answering the repeat, the same outputs as without a trace."""
     records = result["records"]
     assert [brief(r) for r in records] == GOLDEN
-    moves = [m for r in records for m in r["moves"]]
+    views = [r for r in records if r["record"] == "view"]
+    moves = [m for r in views for m in r["moves"]]
     # Each move's plan step runs as the functional collective the record names: three
     # all-gathers of equal blocks, and one of the odd batch's unequal blocks as an all-to-all
-    # (an all-gather would pad the short blocks and move the padding too).
+    # (an all-gather would pad the short blocks and move the padding too); the one
+    # redistribution record is a local chunk.
     ops = Counter(f"c10d_functional.{m['op']}" for m in moves if m["op"])
+    ops.update(
+        f"c10d_functional.{s['collective']}"
+        for r in records
+        if r["record"] == "redistribution"
+        for s in r["steps"]
+        if s["collective"]
+    )
     assert result["collectives"] == dict(ops)
     assert ops == {ALL_GATHER: 3, ALL_TO_ALL: 1}
+    assert result["counted"] == {k.removeprefix("c10d_functional."): n for k, n in ops.items()}
     assert all(m["collective"] == "all-gather" and m["reason"] for m in moves)
     again = result["again"]
-    assert [r["cache"] for r in again] == ["hit"] * len(GOLDEN)
+    assert [brief(r) for r in again] == [g.replace("; miss;", "; hit;") for g in GOLDEN]
     strip = [{k: v for k, v in r.items() if k not in ("index", "cache")} for r in records]
     assert strip == [{k: v for k, v in r.items() if k not in ("index", "cache")} for r in again]
     assert result["same_outputs"]
@@ -127,12 +152,30 @@ def test_a_trace_of_the_blocks_on_a_fake_process_group(world4: None) -> None:
         assert "@" in line or "reshape" in line or "view" in line or "transpose" in line, line
 
 
-def test_a_trace_on_four_gloo_ranks(tmp_path: Path) -> None:
-    """Each rank keeps its own log; every rank's is the golden one."""
-    ranks = run_world(4, "tests.integration.trace_models:run_on_ranks", tmp_path)
+@pytest.fixture(scope="module")
+def gloo4(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    """One spawn of 4 gloo ranks (spawning is the slow part) runs the blocks and
+    ``test_trace_redistribute.py``'s small program: each rank's results."""
+    path = tmp_path_factory.mktemp("trace4")
+    ranks: list[dict[str, Any]] = run_world(4, "tests.integration.trace_models:run_on_ranks", path)
     assert len(ranks) == 4
-    for result in ranks:
-        check_run(result)
+    return ranks
+
+
+def test_a_trace_on_four_gloo_ranks(gloo4: list[dict[str, Any]]) -> None:
+    """Each rank keeps its own log; every rank's is the golden one."""
+    for result in gloo4:
+        check_run(result["blocks"])
+
+
+def test_redistribution_records_on_four_gloo_ranks(gloo4: list[dict[str, Any]]) -> None:
+    """Every rank records each redistribution of the small program once, as on the fake
+    group; the answers are the single-process ones, and the same without the trace."""
+    for result in gloo4:
+        small = result["redistributions"]
+        check_small(small)
+        assert small["same"]
+        assert small["data"] == dict.fromkeys(small["data"], True)
 
 
 # --------------------------------------------------------------------------------------------
@@ -211,6 +254,8 @@ def test_a_reshape_that_redistributes_first(mesh24: DeviceMesh, mode: str) -> No
     ]
     assert not reshape.strict and comm.get_total_counts() == 1
     assert (flatten.method, flatten.moves) == (None, ())  # free: nothing redistributed
+    # the method's redistribution is the view's move (from the plan that ran), not a row
+    assert not log.redistributions and log.collectives() == {"all_gather_into_tensor": 1}
 
 
 def test_backward_views_are_recorded_at_the_backward_call(mesh24: DeviceMesh) -> None:

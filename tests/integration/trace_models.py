@@ -98,6 +98,7 @@ def run_traced() -> dict[str, Any]:
         "again": [_portable(r.to_json()) for r in again.records],
         "table": str(log),
         "collectives": {str(k): v for k, v in comm.get_comm_counts().items()},
+        "counted": log.collectives(),
         "same_outputs": same,
     }
 
@@ -111,10 +112,13 @@ def _portable(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_on_ranks() -> list[dict[str, Any]]:
-    """``run_traced`` on every rank of the (gloo) group; each rank's result, on rank 0."""
+    """``run_traced`` and ``trace_redistribute_cases.run_small`` (with its data checks) on
+    every rank of the (gloo) group; each rank's results, on rank 0."""
     import torch.distributed as dist
 
-    mine = run_traced()
+    from .trace_redistribute_cases import run_small
+
+    mine = {"blocks": run_traced(), "redistributions": run_small(check_data=True)}
     every: list[Any] = [None] * dist.get_world_size() if dist.get_rank() == 0 else []
     dist.gather_object(mine, every if dist.get_rank() == 0 else None, dst=0)
     return every
