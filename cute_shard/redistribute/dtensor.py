@@ -18,11 +18,13 @@ both names in every module that bound them at import; ``uninstall()`` puts torch
 
 A ``_StridedShard`` means what ``distribute_tensor`` does with it, its split factor. A spec that
 reads it as an encoded shard order (``use_strided_shard_as_shard_order``) places the same data
-wherever the order decodes (``tests/redistribute/test_shard_order.py`` checks every decodable
-case of small meshes), so one reading serves both. What the planner does not model is handed to
-torch's own function: placements other than Replicate, Shard, ``_StridedShard`` and
-``Partial`` (``_MaskPartial``), a spec with an explicit non-default shard order, symbolic sizes,
-and two different meshes.
+wherever the order decodes and the sizes are even (``tests/redistribute/test_shard_order.py``:
+all 540 decodable placement lists of small meshes), so one reading serves both; with uneven
+sizes the two can differ (``(13,)`` on mesh (3, 2), ``[_S(0, 2), S(0)]``), and then the data is
+``distribute_tensor``'s, which is what every plan here reads and produces. What the planner does
+not model is handed to torch's own function: placements other than Replicate, Shard,
+``_StridedShard`` and ``Partial`` (``_MaskPartial``), a spec with an explicit non-default shard
+order, symbolic sizes, and two different meshes.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch._subclasses.fake_tensor import unset_fake_temporarily
+from torch.distributed._local_tensor import maybe_run_for_local_tensor
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import _collective_utils, _dispatch, _redistribute
 from torch.distributed.tensor import _utils as _tensor_utils
@@ -204,30 +207,41 @@ def redistribute_local_tensor(
     coord = mesh.get_coordinate()
     if coord is None:  # pragma: no cover - part of the mesh always has a coordinate
         return local_tensor
-    squeezed = _squeezed(local_tensor, plan, coord)
-    if squeezed:
-        local_tensor = local_tensor.reshape(plan.local_shape(plan.start, tuple(coord)))
+    source = _as_source(local_tensor, plan, *coord)
     world = _joint(mesh) if any(len(s.mesh_dims) > 1 for s in plan.steps) else None
-    out = execute(local_tensor, plan, mesh, coord, world)
-    if squeezed:
-        out = out.reshape([n for d, n in enumerate(out.shape) if d not in squeezed])
+    out = execute(source, plan, mesh, coord, world)
+    if local_tensor.dim() != len(plan.shape):
+        out = _as_given(out, local_tensor, plan, *coord)
     if _observer is not None:
         _observer.redistributed(current_spec, target_spec, plan, is_explicit)
     return out
 
 
-def _squeezed(local: torch.Tensor, plan: Plan, coord: Sequence[Any]) -> tuple[int, ...]:
-    """The dims of global size 1 that ``local`` lacks (torch's in-place ``squeeze_``
-    squeezes the local tensor but leaves the DTensor's global shape as it was; the result
-    stays squeezed). Any other local tensor that is not this rank's source shard (a wrong
-    global shape or mesh) raises before a collective runs: with wrong sizes a collective
-    hangs or returns wrong data."""
-    if not all(type(c) is int for c in coord):
-        return ()  # simulated ranks: each rank's shape is its own
+@maybe_run_for_local_tensor  # each rank's own shapes, also when every rank is simulated
+def _as_source(local: torch.Tensor, plan: Plan, *coord: int) -> torch.Tensor:
+    """``local`` as this rank's source shard. One that is not (a wrong global shape or mesh)
+    raises before any collective runs: with wrong sizes a collective hangs or returns wrong
+    data. One that lacks dims of global size 1 (torch's in-place ``squeeze_`` squeezes the
+    local tensor but leaves the DTensor's global shape as it was) is viewed with them."""
     want = plan.local_shape(plan.start, tuple(coord))
-    have = tuple(local.shape)
-    if have == want:
-        return ()
+    if tuple(local.shape) == want:
+        return local
+    _missing(tuple(local.shape), want, plan, coord)
+    return local.reshape(want)
+
+
+@maybe_run_for_local_tensor
+def _as_given(out: torch.Tensor, local: torch.Tensor, plan: Plan, *coord: int) -> torch.Tensor:
+    """The result squeezed as the given local tensor was (it stays squeezed)."""
+    want = plan.local_shape(plan.start, tuple(coord))
+    missing = _missing(tuple(local.shape), want, plan, coord)
+    return out.reshape([n for d, n in enumerate(out.shape) if d not in missing])
+
+
+def _missing(
+    have: tuple[int, ...], want: tuple[int, ...], plan: Plan, coord: Sequence[int]
+) -> tuple[int, ...]:
+    """The dims of global size 1 that ``have`` lacks to be ``want``, or ValueError."""
     missing: list[int] = []
     i = 0
     for d, n in enumerate(want):
@@ -283,24 +297,30 @@ def _priced(current: DTensorSpec, target: DTensorSpec, joint: bool) -> float | N
 
 
 def _step_cost(step: Step, itemsize: int, topo: Any) -> float:
-    """One step in torch's ring model: a base latency, one hop's latency per other rank of
-    the group, and the busiest rank's bytes over the slowest mesh dim's bandwidth (an
-    all-reduce moves its data twice)."""
+    """One step in torch's ring model: a base latency, one hop's latency per rank a rank
+    exchanges with, and the busiest rank's bytes over the slowest mesh dim's bandwidth (an
+    all-reduce moves its data twice). A reduction's hops are its group's. An exchange over
+    several mesh dims pays, per mesh dim, a hop for each other coordinate on it (as the
+    per-mesh-dim collectives it replaces would), or one hop per peer at the slowest latency
+    where it has fewer peers than that (a permutation has one)."""
     if step.kind.local:
         return 0.0
-    peers = math.prod(topo.mesh_dim_devices[m] for m in step.mesh_dims)
-    hops = peers - 1
-    latency = max(topo.mesh_dim_latency[m] for m in step.mesh_dims)
+    sizes = [topo.mesh_dim_devices[m] for m in step.mesh_dims]
+    group = math.prod(sizes)
+    latencies = [topo.mesh_dim_latency[m] for m in step.mesh_dims]
     bandwidth = min(topo.mesh_dim_bandwidth[m] for m in step.mesh_dims)
     if step.kind is Kind.ALL_REDUCE:
-        hops *= 2
-        volume = 2 * step.reduced * (peers - 1) / peers
+        wait = 2 * (group - 1) * max(latencies)
+        volume = 2 * step.reduced * (group - 1) / group
     elif step.kind is Kind.REDUCE_SCATTER:
-        volume = step.reduced * (peers - 1) / peers
+        wait = (group - 1) * max(latencies)
+        volume = step.reduced * (group - 1) / group
     else:
+        per_dim = sum((n - 1) * lat for n, lat in zip(sizes, latencies, strict=True))
+        wait = min(max(step.peers, 1) * max(latencies), per_dim)
         volume = step.received
     gigabytes = volume * itemsize / 1024**3
-    return float(6.6 + hops * latency + gigabytes / bandwidth * 1e6)
+    return float(6.6 + wait + gigabytes / bandwidth * 1e6)
 
 
 # ------------------------------------------------------------------------ install / uninstall

@@ -34,7 +34,8 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Sequence
+import operator
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 __all__ = [
@@ -94,6 +95,13 @@ def _cut(
 ) -> list[Run]:
     """One rank's positions (``intervals``, in order) cut by one more placement: each local
     position labelled with the coordinate that keeps it, as runs."""
+    if len(intervals) == 1:  # one interval: the pieces are its local ranges, shifted
+        (start, stop), out = intervals[0], []
+        for lo, hi in chunk(stop - start, split_factor):
+            for c, (a, b) in enumerate(chunk(hi - lo, size)):
+                if b > a:
+                    out.append((start + lo + a, start + lo + b, (*coords, c)))
+        return _merged(out)
     length = sum(b - a for a, b in intervals)
     # (local start, coordinate) at each change of owner, in local order
     marks: list[tuple[int, int]] = []
@@ -102,7 +110,7 @@ def _cut(
             if b > a:
                 marks.append((lo + a, c))
     marks.append((length, -1))
-    out: list[Run] = []
+    out = []
     i = 0
     seen = 0  # local index of the current interval's start
     for a, b in intervals:
@@ -119,6 +127,28 @@ def _cut(
             pos = stop
         seen += b - a
     return out
+
+
+def _merged(runs: list[Run]) -> list[Run]:
+    """Neighbouring runs with the same label as one."""
+    out: list[Run] = []
+    for run in runs:
+        if out and out[-1][1] == run[0] and out[-1][2] == run[2]:
+            out[-1] = (out[-1][0], run[1], run[2])
+        else:
+            out.append(run)
+    return out
+
+
+def _getter(at: tuple[int, ...]) -> Callable[[tuple[int, ...]], tuple[int, ...]]:
+    """A function reading the labels at positions ``at`` out of a segment's labels."""
+    if len(at) == 1:
+        i = at[0]
+        return lambda lab: (lab[i],)
+    if not at:
+        return lambda lab: ()
+    get = operator.itemgetter(*at)
+    return lambda lab: get(lab)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,9 +178,9 @@ class DimLabels:
                 for a, b, key in self.segments:
                     out[key] = out.get(key, 0) + b - a
             else:
-                at = self.index(slots)
+                get = _getter(self.index(slots))
                 for a, b, lab in self.segments:
-                    key = tuple([lab[i] for i in at])
+                    key = get(lab)
                     out[key] = out.get(key, 0) + b - a
             self._memo[slots] = memo = out
         return memo  # type: ignore[return-value]
@@ -213,10 +243,10 @@ class DimLabels:
         key = ("senders", slots, sources, ranks.mesh)
         memo = self._memo.get(key)
         if memo is None:
-            at, src = self.index(slots), self.index(sources)
+            at, src = _getter(self.index(slots)), _getter(self.index(sources))
             found: dict[tuple[int, ...], set[tuple[int, ...]]] = {}
             for _, _, lab in self.segments:
-                found.setdefault(tuple(lab[i] for i in at), set()).add(tuple(lab[i] for i in src))
+                found.setdefault(at(lab), set()).add(src(lab))
             keys = (
                 zip(*(ranks.column(m) for _, m in slots), strict=True)
                 if slots

@@ -169,11 +169,13 @@ def _plan(
     ranks = mesh_ranks(mesh)
     builder = _Builder(dims, ranks, start)
     builder.add(Kind.CHUNK, by_kind.get(Kind.CHUNK, []), add=DST)
+    # Reduce-scatters before all-reduces: each one shrinks what the later reductions move.
+    for move in moves:
+        if move.kind is Kind.REDUCE_SCATTER:
+            builder.add(Kind.REDUCE_SCATTER, [move.mesh_dim], add=DST, reduce_op=move.src.reduce_op)
     for move in moves:
         if move.kind is Kind.ALL_REDUCE or (move.kind is Kind.PARTITION and move.src.kind == "P"):
             builder.add(Kind.ALL_REDUCE, [move.mesh_dim], reduce_op=move.src.reduce_op)
-        elif move.kind is Kind.REDUCE_SCATTER:
-            builder.add(Kind.REDUCE_SCATTER, [move.mesh_dim], add=DST, reduce_op=move.src.reduce_op)
     exchange = sorted(m for k in (Kind.ALL_TO_ALL, Kind.PERMUTE) for m in by_kind.get(k, []))
     split = len(exchange) > 1 and not joint
     if split:
@@ -435,17 +437,17 @@ class _Builder:
         for d, slots in zip(self.dims, after, strict=True):
             sources = tuple(s for s in d.slots if s[0] == SRC and s[1] in mesh_dims)
             if sources:
-                per_dim.append((sources, d.senders(slots, sources, self.ranks)))
+                own = tuple(zip(*(self.ranks.column(m) for _, m in sources), strict=True))
+                per_dim.append((d.senders(slots, sources, self.ranks), own))
         most = 0
-        for i, coord in enumerate(self.ranks.coords):
-            if not got[i]:
+        for i, n in enumerate(got):
+            if not n:
                 continue
-            n = 1
-            own = True
-            for sources, senders in per_dim:
-                n *= len(senders[i])
-                own = own and tuple(coord[m] for _, m in sources) in senders[i]
-            most = max(most, n - own)
+            count, mine = 1, True
+            for senders, own in per_dim:
+                count *= len(senders[i])
+                mine = mine and own[i] in senders[i]
+            most = max(most, count - mine)
         return most
 
     def exchange_one_by_one(self, mesh_dims: list[int]) -> None:

@@ -1,0 +1,63 @@
+"""cute_shard's redistribution on real gloo ranks: world sizes 4 and 8, with cute_shard
+installed (``redistribute_cases.py`` says what each case checks: the local data, the
+collectives counted against the plan's, the gradient), plus the compiled step with
+``_StridedShard`` redistributions on 4 ranks. One spawn per world size runs all its cases;
+each case is its own test item here, and a crash on any rank fails every item of its world
+with that rank's traceback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from .multirank import run_world
+from .redistribute_cases import CALLS, COMPILE_BACKENDS, HAND_PICKED, RANDOM_CASES, cases
+
+WORLDS = (4, 8)
+TARGET = "tests.integration.redistribute_cases:run_all"
+
+CASES = [(world, name) for world in WORLDS for name, _ in cases(world)]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Callable[[int], dict[str, Any]]:
+    """Runs each world once, on first use, and hands out its results."""
+    results: dict[int, Any] = {}
+
+    def get(size: int) -> dict[str, Any]:
+        if size not in results:
+            try:
+                results[size] = run_world(
+                    size, TARGET, tmp_path_factory.mktemp(f"redistribute{size}")
+                )
+            except Exception as e:  # every case of this world reports the same crash
+                results[size] = e
+        if isinstance(results[size], Exception):
+            raise results[size]
+        return results[size]
+
+    return get
+
+
+def test_case_counts() -> None:
+    for size in WORLDS:
+        assert len(cases(size)) == len(HAND_PICKED[size]) + RANDOM_CASES[size]
+        assert len({name for name, _ in cases(size)}) == len(cases(size))
+
+
+@pytest.mark.parametrize(("size", "name"), CASES, ids=[f"w{s}-{n}" for s, n in CASES])
+def test_case(world: Callable[[int], dict[str, Any]], size: int, name: str) -> None:
+    verdict = world(size)["cases"][name]
+    assert verdict["ok"], verdict["error"]
+
+
+@pytest.mark.parametrize("backend", COMPILE_BACKENDS)
+def test_compiled_strided_step_compiles_once_and_equals_eager(
+    world: Callable[[int], dict[str, Any]], backend: str
+) -> None:
+    report = world(4)["compiled"][backend]
+    assert report["ok"], report["error"]
+    assert report["frames"] == 1, f"{report['frames']} graphs over {CALLS} calls"
