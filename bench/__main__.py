@@ -1,12 +1,20 @@
 """Run the benchmark suites, print their tables and write bench/results/<suite>.json.
 
-    python -m bench                          # every suite (make bench), a few minutes
-    python -m bench --quick                  # the same with few rounds, under 30 s
+    python -m bench                          # every suite (make bench), ~15 min on 2 cores
+    python -m bench --quick                  # the same with few rounds and cases
     python -m bench --suite propagate --families reshape,strided --rounds 41
     python -m bench --profile reshape        # cProfile of cold cute_shard calls, top 15
     python -m bench --suite mix              # the random mix: total, tail and worst view
     python -m bench attention                # the attention block; its profile:
     python -m bench.attention_bench --profile
+    python -m bench --suite redistribute     # redistribute-bytes, -planning and -fsdp
+    python -m bench redistribute-bytes --cases 60
+
+The attention suite times a forward step (two configurations) and a forward and backward
+step (the first configuration; a torch step takes seconds there), and cProfiles one
+variable-length forward and backward step with install(). The fixed-length cells (cheap on
+both sides) run 15 rounds. With --quick: one round of one step per variable-length cell, 5
+rounds per fixed-length one; torch's variable-length steps still make that minutes.
 
 The propagate suite also writes bench/results/propagate.png when matplotlib is installed.
 """
@@ -24,7 +32,7 @@ from typing import Any
 
 import torch
 
-from . import attention_bench, layout_bench, mix_bench, propagate_bench
+from . import attention_bench, layout_bench, mix_bench, propagate_bench, redistribute_bench
 from .propagate_cases import FAMILIES
 
 RESULTS = pathlib.Path(__file__).parent / "results"
@@ -50,8 +58,30 @@ def _mix(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _attention(args: argparse.Namespace) -> dict[str, Any]:
-    rows = attention_bench.run(rounds=args.rounds or (1 if args.quick else 5), steps=3)
-    return {"rows": [asdict(r) for r in rows]}
+    rows = attention_bench.run(
+        rounds=args.rounds or (1 if args.quick else 5),
+        steps=1 if args.quick else 3,
+        grad_rounds=args.rounds or (1 if args.quick else 3),
+        grad_steps=1,
+        fixed_rounds=args.rounds or (5 if args.quick else 15),
+    )
+    profile = attention_bench.profile_step(next(iter(attention_bench.CONFIGS)), top=20)
+    print(profile)
+    return {"rows": [asdict(r) for r in rows], "profile": profile}
+
+
+def _redistribute_bytes(args: argparse.Namespace) -> dict[str, Any]:
+    return redistribute_bench.run_bytes(n=args.cases or (24 if args.quick else 120))
+
+
+def _redistribute_planning(args: argparse.Namespace) -> dict[str, Any]:
+    return redistribute_bench.run_planning(
+        n=args.cases or (24 if args.quick else 120), rounds=args.rounds or (3 if args.quick else 7)
+    )
+
+
+def _redistribute_fsdp(args: argparse.Namespace) -> dict[str, Any]:
+    return redistribute_bench.run_fsdp((1024, 256) if args.quick else redistribute_bench.FSDP_SHAPE)
 
 
 SUITES: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {
@@ -59,7 +89,12 @@ SUITES: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {
     "propagate": _propagate,
     "mix": _mix,
     "attention": _attention,
+    "redistribute-bytes": _redistribute_bytes,
+    "redistribute-planning": _redistribute_planning,
+    "redistribute-fsdp": _redistribute_fsdp,
 }
+# Names that run several suites.
+GROUPS = {"redistribute": ["redistribute-bytes", "redistribute-planning", "redistribute-fsdp"]}
 
 
 def main() -> None:
@@ -68,8 +103,10 @@ def main() -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("suites", nargs="*", metavar="SUITE", help=f"any of {list(SUITES)} (all)")
-    p.add_argument("--suite", choices=[*SUITES, "all"], help="the same as naming one SUITE")
+    p.add_argument("suites", nargs="*", metavar="SUITE", help=f"any of {[*SUITES, *GROUPS]} (all)")
+    p.add_argument(
+        "--suite", choices=[*SUITES, *GROUPS, "all"], help="the same as naming one SUITE"
+    )
     p.add_argument("--rounds", type=int, help="interleaved rounds per cell (default 21)")
     p.add_argument("--quick", action="store_true", help="few rounds and cases: a smoke run")
     p.add_argument(
@@ -77,6 +114,9 @@ def main() -> None:
         help=f"propagate: comma-separated subset of {[*FAMILIES, 'dtensor']} (all)",
     )
     p.add_argument("--no-dtensor", action="store_true", help="propagate: skip the DTensor family")
+    p.add_argument(
+        "--cases", type=int, help="redistribute-bytes / -planning: drawn cases (120 each)"
+    )
     p.add_argument(
         "--profile",
         metavar="FAMILY",
@@ -93,12 +133,13 @@ def main() -> None:
             propagate_bench.profile(args.profile, args.profile_mode, top=args.top, sort=args.sort)
         )
         return
-    chosen = list(args.suites)
+    named = list(args.suites)
     if args.suite and args.suite != "all":
-        chosen.append(args.suite)
-    unknown = set(chosen) - set(SUITES)
+        named.append(args.suite)
+    unknown = set(named) - set(SUITES) - set(GROUPS)
     if unknown:
-        p.error(f"unknown suite(s) {sorted(unknown)}; choose from {list(SUITES)}")
+        p.error(f"unknown suite(s) {sorted(unknown)}; choose from {[*SUITES, *GROUPS]}")
+    chosen = [s for name in named for s in GROUPS.get(name, [name])]
     if args.families:
         bad = set(args.families.split(",")) - {*FAMILIES, "dtensor"}
         if bad:

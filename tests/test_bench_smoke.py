@@ -1,4 +1,4 @@
-"""Smoke test of the propagation benchmark (bench/): it runs end to end on a few cases.
+"""Smoke tests of the benchmarks (bench/): each suite runs end to end on a few cases.
 
 Only that the suite runs and reports is checked, never a timing: timings belong to
 ``python -m bench``, on a machine quiet enough to mean something.
@@ -7,11 +7,14 @@ Only that the suite runs and reports is checked, never a timing: timings belong 
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
-from bench import dtensor_bench, propagate_bench
+from bench import attention_bench, dtensor_bench, propagate_bench, redistribute_bench
 from bench.propagate_cases import FAMILIES, make_pool, materialize
+from bench.redistribute_cases import CATEGORIES, Pair, bytes_pairs, named_pairs, planning_pairs
+from cute_shard.notation import PlacementSpec
 
 TINY = propagate_bench.Settings(
     rounds=1,
@@ -73,3 +76,71 @@ def test_profile_prints_the_top_functions() -> None:
     report = propagate_bench.profile("permute", calls_n=10, top=5, pool=4)
     assert "cold cute_shard calls of permute" in report
     assert "tottime" in report
+
+
+# --------------------------------------------------------------------------- redistribution
+
+
+def _tiny_pairs() -> list[Pair]:
+    """A plain pair on 2 ranks and the named case torch gets wrong on 6."""
+    plain = Pair("plain", (4, 6), (2,), (PlacementSpec("S", 0),), (PlacementSpec("S", 1),))
+    return [plain, next(p for p in named_pairs() if p.mesh == (3, 2))]
+
+
+def test_redistribute_bytes_runs_and_reports(capsys: pytest.CaptureFixture[str]) -> None:
+    results = redistribute_bench.run_bytes(pairs=_tiny_pairs())
+    json.dumps(results)
+    rows = results["rows"]
+    assert [r["category"] for r in rows] == ["plain", "named"]
+    for r in rows:
+        assert r["limit"] > 0 and r["ours"] > 0 and r["torch"]
+        assert r["ours_steps"] and r["torch"][0]["ops"]
+        assert r["ours_correct"] is True
+    out = capsys.readouterr().out
+    assert "ours/limit" in out and "named cases" in out
+    assert {s["category"] for s in results["summary"]} == {"plain", "named", "all"}
+
+
+def test_redistribute_cases_are_legal_and_cover_the_categories() -> None:
+    pairs = bytes_pairs(12, seed=3)
+    assert {p.category for p in pairs} == set(CATEGORIES)
+    assert len(set(pairs)) == len(pairs)
+    assert any(p.strided for p in pairs if p.category == "view -> plain")
+    assert all(math.prod(p.mesh) <= 8 for p in pairs)
+    assert all(math.prod(p.mesh) == 8 for p in planning_pairs(6))
+
+
+def test_redistribute_planning_runs_and_reports(capsys: pytest.CaptureFixture[str]) -> None:
+    pairs = [p for p in named_pairs() if math.prod(p.mesh) == 8]
+    results = redistribute_bench.run_planning(rounds=1, pairs=pairs)
+    json.dumps(results)
+    groups = {(r["what"], r["group"]) for r in results["rows"]}
+    assert ("plan + price", redistribute_bench.GRAPH) in groups
+    assert ("plan alone", redistribute_bench.GRAPH) in groups
+    assert "redistribute-planning" in capsys.readouterr().out
+
+
+def test_redistribute_fsdp_runs_and_reports(capsys: pytest.CaptureFixture[str]) -> None:
+    results = redistribute_bench.run_fsdp((32, 4))
+    rows = results["rows"]
+    assert len(rows) == 2 and all(r["ours"] == r["limit"] for r in rows)
+    assert "redistribute-fsdp" in capsys.readouterr().out
+
+
+def test_metering_counts_what_each_rank_receives() -> None:
+    """An all-gather of 4 ranks' 3 elements: each receives the other 9."""
+    import torch
+    from torch.distributed.device_mesh import init_device_mesh
+
+    pair = Pair("plain", (12,), (4,), (PlacementSpec("S", 0),), (PlacementSpec("R"),))
+    with redistribute_bench.simulated_world(4):
+        run = redistribute_bench.run_pair(
+            pair, init_device_mesh("cpu", (4,)), redistribute_bench.FROM_LOCAL, ours=False
+        )
+    assert run.received == 9 and run.correct and run.ops == ("all_gather_into_tensor",)
+    assert torch.distributed.is_initialized() is False
+
+
+def test_attention_backward_step_profiles() -> None:
+    report = attention_bench.profile_step(next(iter(attention_bench.CONFIGS)), top=5)
+    assert "forward+backward" in report and "top 5 by cumulative" in report
