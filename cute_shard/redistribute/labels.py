@@ -75,68 +75,67 @@ def dim_runs(n: int, levels: tuple[tuple[int, int], ...]) -> tuple[Run, ...]:
     Post: the runs are sorted, disjoint and cover ``[0, n)``; the positions labelled with
     coordinates ``c`` are the rank's local positions under DTensor's semantics, in order.
     """
-    if len(levels) == 1 and levels[0][1] == 1:  # one Shard: torch.chunk's pieces
+    if len(levels) == 1 and levels[0][1] == 1:  # one Shard: torch.chunk's pieces, in order
         return tuple((a, b, (c,)) for c, (a, b) in enumerate(chunk(n, levels[0][0])) if b > a)
-    runs: list[Run] = [(0, n, ())] if n else []
+    # Each rank's positions as intervals in order, ranks in coordinate order.
+    ranks: list[tuple[tuple[int, ...], list[tuple[int, int]]]] = [((), [(0, n)] if n else [])]
     for size, split_factor in levels:
-        mine: dict[tuple[int, ...], list[tuple[int, int]]] = {}
-        for a, b, coords in runs:
-            mine.setdefault(coords, []).append((a, b))
-        cut: list[Run] = []
-        for coords, intervals in mine.items():
-            cut.extend(_cut(intervals, size, split_factor, coords))
-        cut.sort()
-        runs = cut
+        nxt: list[tuple[tuple[int, ...], list[tuple[int, int]]]] = []
+        for coords, intervals in ranks:
+            for c, mine in enumerate(_cut(intervals, size, split_factor)):
+                nxt.append(((*coords, c), mine))
+        ranks = nxt
+    runs = [(a, b, coords) for coords, intervals in ranks for a, b in intervals]
+    runs.sort()
     return tuple(runs)
 
 
 def _cut(
-    intervals: list[tuple[int, int]], size: int, split_factor: int, coords: tuple[int, ...]
-) -> list[Run]:
-    """One rank's positions (``intervals``, in order) cut by one more placement: each local
-    position labelled with the coordinate that keeps it, as runs."""
-    if len(intervals) == 1:  # one interval: the pieces are its local ranges, shifted
-        (start, stop), out = intervals[0], []
-        for lo, hi in chunk(stop - start, split_factor):
-            for c, (a, b) in enumerate(chunk(hi - lo, size)):
-                if b > a:
-                    out.append((start + lo + a, start + lo + b, (*coords, c)))
-        return _merged(out)
-    length = sum(b - a for a, b in intervals)
-    # (local start, coordinate) at each change of owner, in local order
-    marks: list[tuple[int, int]] = []
+    intervals: list[tuple[int, int]], size: int, split_factor: int
+) -> list[list[tuple[int, int]]]:
+    """One rank's positions (``intervals``, in order) cut by one more placement: the
+    positions each coordinate on the new mesh dim keeps, as intervals in order."""
+    length = 0
+    for a, b in intervals:
+        length += b - a
+    # each coordinate's ranges of the rank's local index
+    local: list[list[tuple[int, int]]] = [[] for _ in range(size)]
     for lo, hi in chunk(length, split_factor):
         for c, (a, b) in enumerate(chunk(hi - lo, size)):
             if b > a:
-                marks.append((lo + a, c))
-    marks.append((length, -1))
-    out = []
-    i = 0
-    seen = 0  # local index of the current interval's start
-    for a, b in intervals:
-        pos = a
-        while pos < b:
-            while marks[i + 1][0] <= seen + pos - a:
-                i += 1
-            stop = min(b, a + marks[i + 1][0] - seen)
-            label = (*coords, marks[i][1])
-            if out and out[-1][1] == pos and out[-1][2] == label:
-                out[-1] = (out[-1][0], stop, label)
+                ranges = local[c]
+                if ranges and ranges[-1][1] == lo + a:
+                    ranges[-1] = (ranges[-1][0], lo + b)
+                else:
+                    ranges.append((lo + a, lo + b))
+    if len(intervals) == 1:  # local index i is position start + i
+        start = intervals[0][0]
+        return [[(start + a, start + b) for a, b in ranges] for ranges in local]
+    return [_positions(intervals, ranges) for ranges in local]
+
+
+def _positions(
+    intervals: list[tuple[int, int]], ranges: list[tuple[int, int]]
+) -> list[tuple[int, int]]:
+    """The positions at local ranges ``ranges`` of a rank holding ``intervals``, in order."""
+    out: list[tuple[int, int]] = []
+    i, seen = 0, 0  # the interval holding local index ``seen``
+    for lo, hi in ranges:
+        while seen + intervals[i][1] - intervals[i][0] <= lo:
+            seen += intervals[i][1] - intervals[i][0]
+            i += 1
+        while lo < hi:
+            a, b = intervals[i]
+            stop = min(hi, seen + b - a)
+            piece = (a + lo - seen, a + stop - seen)
+            if out and out[-1][1] == piece[0]:
+                out[-1] = (out[-1][0], piece[1])
             else:
-                out.append((pos, stop, label))
-            pos = stop
-        seen += b - a
-    return out
-
-
-def _merged(runs: list[Run]) -> list[Run]:
-    """Neighbouring runs with the same label as one."""
-    out: list[Run] = []
-    for run in runs:
-        if out and out[-1][1] == run[0] and out[-1][2] == run[2]:
-            out[-1] = (out[-1][0], run[1], run[2])
-        else:
-            out.append(run)
+                out.append(piece)
+            lo = stop
+            if lo == seen + b - a:
+                seen += b - a
+                i += 1
     return out
 
 

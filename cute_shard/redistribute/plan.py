@@ -338,6 +338,10 @@ def _sizes(dims: tuple[DimLabels, ...], state: State, ranks: Ranks) -> list[int]
     return [a * whole for a in out] if whole != 1 else out
 
 
+def _flat(sizes: list[int]) -> bool:
+    return min(sizes, default=0) == max(sizes, default=0)
+
+
 def _union(a: State, b: State) -> State:
     return tuple(tuple(sorted(set(x) | set(y))) for x, y in zip(a, b, strict=True))
 
@@ -386,18 +390,17 @@ class _Builder:
         before = self.state
         after = self.next_state(mesh_dims, add, drop)
         received = reduced = peers = 0
-        sizes = self.sizes(before)
-        even = uniform = min(sizes, default=0) == max(sizes, default=0)
+        even = uniform = True  # a local step receives nothing: both hold trivially
         if kind.reduces:
+            sizes = self.sizes(before)
             self.reduced = [a + b for a, b in zip(self.reduced, sizes, strict=True)]
             reduced = max(sizes, default=0)
+            even = uniform = min(sizes, default=0) == reduced
         elif not kind.local:
             kind, got, peers = self._exchange(kind, tuple(mesh_dims), before, after)
             received = max(got, default=0)
             uniform = min(got, default=0) == received
-        if after != before:
-            sizes = self.sizes(after)
-            even = even and min(sizes, default=0) == max(sizes, default=0)
+            even = _flat(self.sizes(before)) and _flat(self.sizes(after))
         self.steps.append(
             Step(
                 kind,

@@ -60,10 +60,10 @@ class Step:
 
     ``received``: the elements the busiest rank receives in this step (data steps; 0 for
     local steps and reductions). ``reduced``: the elements the busiest rank hands to a
-    reduction (reductions only). ``peers``: the most peers any rank receives from. ``even``:
-    every rank holds as many elements as every other, before and after (so a gather's blocks
-    are equal and it can be a plain all-gather). ``uniform``: every rank receives (or
-    reduces) as much as the busiest.
+    reduction (reductions only). ``peers``: the most peers any rank receives from. ``even``
+    (data steps and reductions; True for local ones): every rank holds as many elements as
+    every other, before and after (so a gather's blocks are equal and it can be a plain
+    all-gather). ``uniform``: every rank receives (or reduces) as much as the busiest.
     """
 
     kind: Kind
