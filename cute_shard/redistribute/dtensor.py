@@ -83,10 +83,7 @@ def _spec(p: Any) -> PlacementSpec:
 
 
 def _modelled(spec: DTensorSpec) -> bool:
-    """Whether the planner reads ``spec`` as DTensor places its data."""
-    meta = spec.tensor_meta
-    if meta is None or not all(type(n) is int for n in meta.shape):
-        return False
+    """Whether the planner reads ``spec`` (of a concrete shape) as DTensor places its data."""
     if not all(type(p) in _MODELLED for p in spec.placements):
         return False
     if spec.use_strided_shard_as_shard_order:
@@ -132,7 +129,16 @@ def plan_for_specs(current: DTensorSpec, target: DTensorSpec) -> Plan:
 
 
 def _plan_or_none(current: DTensorSpec, target: DTensorSpec) -> Plan | None:
+    if not (_concrete(current) and _concrete(target)):
+        return None
     return _planned(current, target, _spans_world(current.mesh))
+
+
+def _concrete(spec: DTensorSpec) -> bool:
+    """Whether the spec's global shape is ints: a symbolic one (``torch.compile`` with dynamic
+    shapes) is torch's to plan, and its SymInts cannot key a cache."""
+    meta = spec.tensor_meta
+    return meta is not None and all(type(n) is int for n in meta.shape)
 
 
 def _spans_world(mesh: DeviceMesh) -> bool:
@@ -270,7 +276,9 @@ def _text(ps: Sequence[PlacementSpec]) -> str:
 def redistribute_cost(current_spec: DTensorSpec, target_spec: DTensorSpec) -> float:
     """The plan's cost in torch's units (see the module docstring); torch's own function for
     what the planner does not model."""
-    cost = _priced(current_spec, target_spec, _spans_world(current_spec.mesh))
+    cost = None
+    if _concrete(current_spec) and _concrete(target_spec):
+        cost = _priced(current_spec, target_spec, _spans_world(current_spec.mesh))
     return _saved_torch_cost()(current_spec, target_spec) if cost is None else cost
 
 
