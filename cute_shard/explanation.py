@@ -111,12 +111,14 @@ LABEL = 15  # width of the label column of the text output
 TEXT_WIDTH = 100
 
 # Bytes per element, by torch dtype name (torch-free, see above): every name ``str(dtype)``
-# gives for torch's numeric dtypes, and the common aliases (a test checks them against torch).
+# gives for the numeric dtypes of every supported torch release (bcomplex32 is 2.14's), and the
+# common aliases (a test checks them against the installed torch).
 DTYPES: dict[str, int] = {
     "float64": 8, "double": 8, "float32": 4, "float": 4, "float16": 2, "half": 2,
     "bfloat16": 2, "float8_e4m3fn": 1, "float8_e4m3fnuz": 1, "float8_e5m2": 1,
     "float8_e5m2fnuz": 1, "float8_e8m0fnu": 1, "float4_e2m1fn_x2": 1,
     "complex128": 16, "cdouble": 16, "complex64": 8, "cfloat": 8, "complex32": 4, "chalf": 4,
+    "bcomplex32": 4,
     "int64": 8, "long": 8, "int32": 4, "int": 4, "int16": 2, "short": 2, "int8": 1,
     "uint64": 8, "uint32": 4, "uint16": 2, "uint8": 1, "bool": 1,
 }  # fmt: skip

@@ -124,6 +124,19 @@ RuleBuilder = Callable[..., rules.Rule]
 Shape = tuple[int, ...]
 
 
+def _t_dims(ndim: int) -> tuple[int, int]:
+    """The dims ``t()`` swaps: (0, 1) of a matrix; none of a vector or scalar."""
+    if ndim > 2:
+        raise ValueError(f"t: expects a tensor with <= 2 dims, got {ndim}; use transpose")
+    return (0, 1) if ndim == 2 else (0, 0)
+
+
+def _t_dim_map(first: Any) -> Any:
+    """torch's rule for ``t()``: its transpose rule for the dims ``t()`` swaps."""
+    ndim = len(first.shape) if hasattr(first, "shape") else first.ndim
+    return _view_ops.dim_maps[torch.transpose](first, *_t_dims(ndim))
+
+
 def _one_shape(sizes: tuple[Any, ...]) -> Any:
     # aten passes a shape as one list; Tensor.view-style callers may pass sizes unpacked.
     return sizes[0] if len(sizes) == 1 and isinstance(sizes[0], Sequence) else sizes
@@ -140,6 +153,7 @@ BUILDERS: dict[Callable[..., Any], RuleBuilder] = {
     torch.permute: lambda shape, dims: rules.permute(len(shape), dims),
     torch.Tensor.repeat: lambda shape, *sizes: rules.repeat(len(shape), _one_shape(sizes)),
     torch.transpose: lambda shape, dim0, dim1: rules.transpose(len(shape), dim0, dim1),
+    torch.t: lambda shape: rules.transpose(len(shape), *_t_dims(len(shape))),
     torch.view_as_real: lambda shape: rules.view_as_real(shape),
     torch.view_as_complex: lambda shape: rules.view_as_complex(shape),
     torch.flatten: lambda shape, start_dim=0, end_dim=-1: rules.flatten(
@@ -338,10 +352,15 @@ GEOMETRIES: dict[OpOverload, tuple[Geometry, Mapping[torch.dtype, torch.dtype] |
     aten.expand.default: (_expand, None),
     aten.permute.default: (meta.permute, None),
     aten.transpose.int: (meta.transpose, None),
+    aten.t.default: (lambda shape, stride: _t_geometry(shape, stride), None),
     aten.repeat.default: (meta.repeat, None),
     aten.view_as_real.default: (meta.view_as_real, _REAL_OF),
     aten.view_as_complex.default: (meta.view_as_complex, _COMPLEX_OF),
 }
+
+
+def _t_geometry(shape: Shape, stride: Shape) -> Any:
+    return None if len(shape) > 2 else meta.transpose(shape, stride, *_t_dims(len(shape)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -593,6 +612,10 @@ def _find_view_ops() -> tuple[ViewOp, ...]:
         local = by_name.get(overload.overloadpacket.__name__)
         if local is not None:
             ops.append(ViewOp(overload, local, _view_ops.dim_maps[local], False))
+    # t() is the transpose of a matrix, registered outside _view_ops (torch 2.13: a strategy
+    # that keeps every shard; 2.14 and 2.15: a single-mesh-dim one that replicates a shard
+    # of uneven size, an all-gather): cute_shard answers it as the view it is.
+    ops.append(ViewOp(aten.t.default, torch.t, _t_dim_map, False))
     return tuple(ops)
 
 

@@ -189,9 +189,11 @@ def test_not_a_dtensor_is_a_value_error() -> None:
 
 def test_dtype_table_matches_torch() -> None:
     # Every numeric dtype torch names has its size here, so a live DTensor of any of them can
-    # be explained; and each entry is torch's own item size.
+    # be explained; and each entry the installed torch has is torch's own item size (the
+    # table also holds dtypes that only some supported releases name: 2.14 added bcomplex32).
     for name, size in DTYPES.items():
-        assert getattr(torch, name).itemsize == size, name
+        if hasattr(torch, name):
+            assert getattr(torch, name).itemsize == size, name
     names = {
         str(d).removeprefix("torch.")
         for d in vars(torch).values()

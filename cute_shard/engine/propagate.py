@@ -35,8 +35,9 @@ from torch.distributed.tensor.placement_types import (
 )
 
 from ..rules import DimSpec, ViewRule
+from ..rules.torch_compat import torch_refusal
 from .decide import Fail, State, _place_one, _Symbolic, place, split_states
-from .errors import Blocked, RedistributionRequired, reason
+from .errors import Blocked, Details, RedistributionRequired, reason
 from .plan import NotStatic, Plan, make_plan
 
 __all__ = ["cache_clear", "parse_placements", "propagate_shape_and_sharding", "solve"]
@@ -92,7 +93,7 @@ def propagate_shape_and_sharding(
         plan, out, fails = propagate_symbolic(norm, shape, ours, mesh, complex_view)
         every = True
     if fails and strict_view:
-        raise _refused(plan, norm, mesh, placements, fails if every else None)
+        raise _refused(plan, norm, shape, ours, mesh, placements, fails if every else None)
     outs = []
     p: Any  # (read by ``type(p)``, which mypy narrows only where it is a tuple)
     for p in out:  # the canonical torch placements (Shard(d) and Replicate shared)
@@ -117,23 +118,31 @@ def _target(placements: Sequence[Placement], fails: list[Any]) -> tuple[Placemen
 def _refused(
     plan: Plan,
     norm: Sequence[MeshPlacement],
+    shape: tuple[Any, ...],
+    rule: Sequence[DimSpec],
     mesh: tuple[int, ...],
     placements: Sequence[Placement],
     fails: list[Any] | None,
 ) -> RedistributionRequired:
     """A strict view's error; what it says is worked out when it is read (:func:`_refusal`)."""
-    return RedistributionRequired((), None, lambda: _refusal(plan, norm, mesh, placements, fails))
+    return RedistributionRequired(
+        later=lambda: _refusal(plan, norm, shape, rule, mesh, placements, fails)
+    )
 
 
 def _refusal(
     plan: Plan,
     norm: Sequence[MeshPlacement],
+    shape: tuple[Any, ...],
+    rule: Sequence[DimSpec],
     mesh: tuple[int, ...],
     placements: Sequence[Placement],
     fails: list[Any] | None,
-) -> tuple[tuple[Blocked, ...], tuple[Placement, ...]]:
-    """A strict view's ``(blocked, suggestion)``: every mesh dim that moves with its reason
-    written out, and the input target. ``fails``: ``solve``'s failures, or None if it
+) -> Details:
+    """A strict view's ``(blocked, suggestion, torch_words)``: every mesh dim that moves with
+    its reason written out, the input target, and the sentence torch's own propagator refuses
+    the view with, or None where it does not refuse it (asked of int sizes only: asking
+    about SymInts would add guards on them). ``fails``: ``solve``'s failures, or None if it
     stopped at the first (it is run again to the end)."""
     if fails is None:
         fails = solve(plan, norm, mesh)[1]
@@ -141,7 +150,10 @@ def _refusal(
         Blocked(m, d, reason(fail, m, d, norm[m][1], mesh[m], plan.pair))  # type: ignore[index]
         for m, d, fail in fails
     )
-    return blocked, _target(placements, fails)
+    words = None
+    if all(type(n) is int for n in shape):
+        words = torch_refusal(placements, shape, rule, mesh)
+    return blocked, _target(placements, fails), words
 
 
 def solve(

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import lru_cache
-from typing import cast
+from typing import Any, cast
 
 from ._sym import Codes, Size, as_dim, as_size, decide_eq, decide_gt, is_symint
 from .specs import (
@@ -213,8 +213,9 @@ def _infer(total: Size, sizes: tuple[Size, ...], op: str, arg: str) -> tuple[Siz
             f"{op}: {arg}={sizes} has a -1 next to a 0 size, so the inferred size is "
             "ambiguous; fix: give the size explicitly instead of -1"
         )
-    # (SymInt's __rmod__ is installed at runtime by torch's sym_node, not declared)
-    if not decide_eq(total % known, 0, op):  # type: ignore[operator]
+    # (SymInt's __mod__ is installed at runtime by torch's sym_node; only some releases'
+    # stubs declare it)
+    if not decide_eq(cast(Any, total) % known, 0, op):
         raise ValueError(
             f"{op}: {arg}={sizes}: the input numel {total} is not divisible by {known}, "
             "so -1 cannot be inferred; fix: make the explicit sizes divide the input numel"

@@ -20,7 +20,8 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from torch.distributed.tensor._ops import _view_ops as tv
 
@@ -37,7 +38,7 @@ from .specs import (
     Split,
 )
 
-__all__ = ["TorchRule", "from_torch", "to_torch"]
+__all__ = ["TorchRule", "from_torch", "to_torch", "torch_refusal"]
 
 TorchRule = tuple[tv.DimSpec, ...]
 
@@ -100,3 +101,31 @@ def to_torch(rule: Iterable[DimSpec]) -> TorchRule:
 def from_torch(torch_rule: Iterable[tv.DimSpec], *, canonical: bool = False) -> Rule:
     """A torch ``_view_ops`` rule as ours: exact by default, or canonicalised."""
     return tuple(_from(s, canonical) for s in torch_rule)
+
+
+def torch_refusal(
+    placements: Sequence[Any],
+    shape: tuple[int, ...],
+    rule: Iterable[DimSpec],
+    mesh: tuple[int, ...],
+) -> str | None:
+    """The sentence torch's own propagator on the installed release refuses the strict view
+    ``rule`` of ``shape`` with, or None where it does not refuse it (it answers, or fails some
+    other way: only a RuntimeError is a refusal). Asked, not guessed, so the words follow
+    torch from release to release. Sizes must be ints: asking about SymInts would add guards.
+
+    Example::
+
+        >>> from torch.distributed.tensor.placement_types import Shard
+        >>> from cute_shard.rules import view_groups
+        >>> torch_refusal([Shard(1)], (4, 3, 8), view_groups((4, 3, 8), (2, 4, 12)), (2,))[:39]
+        'Cannot flatten unevenly sharded tensor:'
+    """
+    try:
+        tv.propagate_shape_and_sharding(list(placements), shape, to_torch(rule), mesh, True)
+    except RuntimeError as e:
+        lines = str(e).strip().splitlines()
+        return lines[0].split(". ")[0].rstrip(".") if lines else None
+    except Exception:  # torch's propagator crashes on some legal views: no refusal to quote
+        return None
+    return None

@@ -28,10 +28,11 @@ from .multirank_cases import OPS
 aten = torch.ops.aten
 Rep = Replicate()
 
-# The view-op overloads torch 2.13 registers in _view_ops (the integration finds them itself;
-# this list catches a torch upgrade that adds or drops one), each with its strictness under
-# install(): torch's, except squeeze, which torch 2.13 registers as strict and install() lets
-# redistribute a sharded size-1 dim (the in-place squeeze_ stays strict).
+# The view-op overloads every supported torch release registers in _view_ops (the integration
+# finds them itself; this list catches a torch upgrade that adds or drops one), and t(), which
+# torch registers elsewhere, each with its strictness under install(): torch's, except squeeze,
+# which torch registers as strict and install() lets redistribute a sharded size-1 dim (the
+# in-place squeeze_ stays strict).
 TORCH_VIEW_OPS = {
     aten.view.default: True,
     aten.reshape.default: False,
@@ -49,6 +50,7 @@ TORCH_VIEW_OPS = {
     aten.permute.default: False,
     aten.repeat.default: False,
     aten.transpose.int: False,
+    aten.t.default: False,
     aten.view_as_real.default: False,
     aten.view_as_complex.default: False,
 }
@@ -167,6 +169,25 @@ def test_install_replaces_exactly_the_view_ops_and_uninstall_restores_the_same_o
     assert "propagate_op_sharding_non_cached" not in vars(p)  # the class's method again
     assert p.propagate_op_sharding is torch_cache
     assert _StridedShard.local_shard_size_and_offset is strided_local_size
+
+
+def test_t_of_an_uneven_shard_stays_sharded(mesh24: DeviceMesh) -> None:
+    """t() is a view: it keeps every shard, uneven ones too, with no communication. (torch
+    2.13's own strategy for t does so; 2.14 and 2.15 register a single-mesh-dim strategy for
+    it that replicates a shard of uneven size, an all-gather.) More than 2 dims: torch's
+    error, before any communication."""
+    cute_shard.install()
+    dt = dtensor((6, 5), mesh24, (Shard(0), Shard(1)))  # 6 rows over 2, 5 columns over 4
+    with CommDebugMode() as comm:
+        out = dt.t()
+    assert comm.get_comm_counts() == {}
+    assert out.placements == (Shard(1), Shard(0))
+    assert torch.equal(out.to_local(), dt.to_local().t())  # (one rank: a fake world)
+    vector = dtensor((6,), mesh24, (Shard(0), Rep))
+    assert vector.t().placements == (Shard(0), Rep)
+    with pytest.raises(RuntimeError, match="t"), CommDebugMode() as comm:
+        dtensor((2, 4, 8), mesh24, (Shard(0), Shard(1))).t()
+    assert comm.get_comm_counts() == {}
 
 
 def test_install_and_uninstall_are_idempotent() -> None:

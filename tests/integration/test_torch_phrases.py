@@ -1,25 +1,19 @@
-"""Drop-in fidelity of refusals: where cute_shard refuses a strict view for the same reason
-torch 2.13 does, its message also holds torch's own words for that reason.
+"""Drop-in fidelity of refusals: where cute_shard refuses a strict view that the installed
+torch also refuses, its message also holds the sentence torch prints for that view, and
+nothing of torch's where torch does not refuse it.
 
 torch's propagator (``torch/distributed/tensor/_ops/_view_ops.py``) refuses a strict view with
-one of these sentences (each followed by "Please redistribute ..."):
-
-- "This operation would remove or reshape sharded dimension D, which requires redistribution"
-- "Cannot flatten unevenly sharded tensor: dimension D (size N) is not evenly divisible by mesh
-  dimension M (size K)"
-- "Cannot unflatten unevenly sharded tensor: output dimension 0 (size N) is not evenly
-  divisible by mesh dimension M (size K)"
-- "Cannot unflatten tensor with _StridedShard placement: split_factor=F does not match any
-  output dimension"
-
-(and two more that no case here reaches with both refusing: "Cannot shard unevenly distributed
-tensor", which its strict flatten check pre-empts, and a symbolic split factor's.) Each case
-below is refused by both; torch's sentence is computed by running torch, not pinned, and ours
-must contain it, number for number. Code that matches torch's messages, such as DTensor's own
-tests' ``assertRaisesRegex(RuntimeError, "Cannot flatten unevenly sharded tensor")``, then
-keeps working with ``install()``. The first sentence is the in-place ``squeeze_`` of a sharded
-size-1 dim; where torch says it of a view, cute_shard keeps the view free (a dim only one rank
-holds) or refuses for another mesh dim, so no view case has it.
+one of a few sentences, each followed by its advice ("Please redistribute ..."): "This
+operation would remove or reshape sharded dimension D, which requires redistribution",
+"Cannot flatten unevenly sharded tensor: ...", "Cannot unflatten unevenly sharded tensor:
+...", "Cannot unflatten tensor with _StridedShard placement: ...". Which one a view gets, and
+its numbers, is torch's walk on the release installed: cute_shard asks torch's own propagator
+when the message is read (``rules.torch_compat.torch_refusal``) instead of guessing, so the
+words follow torch from release to release. Each case below is refused by both; torch's
+sentence is computed by running torch, not pinned, and ours must contain it, number for
+number. Code that matches torch's messages, such as DTensor's own tests'
+``assertRaisesRegex(RuntimeError, "Cannot flatten unevenly sharded tensor")``, then keeps
+working with ``install()``.
 """
 
 from __future__ import annotations
@@ -108,15 +102,40 @@ def test_squeeze_in_place_refuses_in_torchs_words() -> None:
     assert theirs in str(ours)
 
 
-def test_every_mesh_dim_torch_may_name_is_in_the_message() -> None:
+def test_torchs_sentence_is_the_one_torch_prints_when_several_mesh_dims_move() -> None:
     """torch names the first refusal its own walk meets, here mesh dim 1's; ours explains mesh
-    dim 0's and gives torch's words for the others."""
+    dim 0's and quotes torch's sentence as torch prints it."""
     shape, new, mesh, placements = (3, 2), (1, 2, 3), (2, 4), (Shard(1), Shard(0))
     theirs = torch_refusal(shape, new, mesh, placements)
     assert theirs.startswith("Cannot flatten unevenly sharded tensor: dimension 0 (size 3)")
     ours = our_refusal(shape, rules.view_groups(shape, new), mesh, placements)
     assert [b.mesh_dim for b in ours.blocked] == [0, 1]
     assert theirs in str(ours)
+
+
+def test_no_words_of_torchs_where_torch_does_not_refuse() -> None:
+    """torch's propagator keeps [S0, S0] for this view (a wrong answer: each rank's local view
+    then fails) where cute_shard refuses: the message is cute_shard's alone."""
+    shape, new, mesh, placements = (512,), (4, 128), (2, 4), (Shard(0), Shard(0))
+    rule = torch_view_ops.view_groups(shape, new)
+    torch_view_ops.propagate_shape_and_sharding(placements, shape, rule, mesh, True)  # answers
+    ours = our_refusal(shape, rules.view_groups(shape, new), mesh, placements)
+    assert ours.torch_words is None and "torch" not in str(ours)
+
+
+def test_the_refusal_pays_for_torchs_words_only_when_read(monkeypatch: Any) -> None:
+    asked: list[tuple[int, ...]] = []
+    real = torch_view_ops.propagate_shape_and_sharding
+    monkeypatch.setattr(
+        torch_view_ops,
+        "propagate_shape_and_sharding",
+        lambda *a: asked.append(a[1]) or real(*a),
+    )
+    shape, new, mesh, placements = (4, 3, 8), (2, 4, 12), (2,), (Shard(1),)
+    error = our_refusal(shape, rules.view_groups(shape, new), mesh, placements)
+    assert asked == []
+    assert error.torch_words is not None and error.torch_words in str(error)
+    assert asked == [shape]
 
 
 # --------------------------------------------------------------------------------------------
