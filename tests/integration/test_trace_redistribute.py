@@ -62,7 +62,10 @@ GOLDEN = [
     "expand (32, 6) of (): R,R -> R,R; -",
     "by mul (input 0) in MulBackward0 of (32, 6): R,R -> S0,S1; m0,m1 chunk 0",
     "by mul (input 0) in MulBackward0 of (32, 6): R,R -> S0,S1; m0,m1 chunk 0",
+    # mm's backward transposes y and w: views that keep every shard
+    "t of (32, 6): S0,SS0:2 -> S1,SS1:2; -",
     "by mm (input 1) in MmBackward0 of (32, 4): R,R -> S0,SS0:2; m0,m1 chunk 0",
+    "t of (6, 4): R,S1 -> R,S0; -",
     "by mm (input 0) in MmBackward0 of (32, 4): R,R -> R,S1; m1 chunk 0",
     "by redistribute()'s backward of (32, 6): S0,S1 -> S0,SS0:2; m1 permutation 96",
     # y's two gradients (mm's, Partial over tp; the redistribute's) summed as they arrive
@@ -79,7 +82,7 @@ def brief(r: dict[str, Any]) -> str:
         args = " ".join(str(tuple(a)) if isinstance(a, list) else str(a) for a in r["args"])
         flow = " -> ".join(",".join(p) for p in (r["input"], r["output"]))
         moves = ",".join(f"m{m['mesh_dim']} {m['collective']}" for m in r["moves"]) or "-"
-        return f"{r['op']} {args} of {tuple(r['shape'])}: {flow}; {moves}"
+        return f"{r['op']} {args}".rstrip() + f" of {tuple(r['shape'])}: {flow}; {moves}"
     steps = ", ".join(
         f"{','.join(f'm{m}' for m in s['mesh_dims'])} {s['kind']} {s['bytes_per_rank']}"
         for s in r["steps"]
