@@ -65,6 +65,7 @@ from torch.distributed.tensor.placement_types import Placement
 
 import cute_shard
 from cute_shard import oracle
+from cute_shard._compat import local_tensor_group
 from cute_shard.notation import PlacementSpec
 from cute_shard.redistribute import Plan, physical_limit, plan_redistribution
 from cute_shard.redistribute import dtensor as ours_dtensor
@@ -118,7 +119,7 @@ _METERED: list[Meter] = []  # the active meter, if any (one at a time)
 
 def _group_ranks(group: Any) -> list[list[int]]:
     """The global ranks of every copy of ``group`` (one per coordinate of the other dims)."""
-    ranks, offsets, _ = local_c10d._prepare_collective_groups(local_c10d._resolve_pg_or_name(group))
+    ranks, offsets = local_tensor_group(group)
     return [[o + r for r in ranks] for o in offsets]
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch.distributed._functional_collectives as funcol
 
-__all__ = ["all_gather", "reduce_scatter"]
+__all__ = ["all_gather", "local_tensor_group", "reduce_scatter"]
 
 # torch 2.13 renamed the tensor collectives ``*_tensor`` -> ``*_single`` (the old names warn).
 all_gather: Callable[..., Any] = (
@@ -25,3 +25,17 @@ all_gather: Callable[..., Any] = (
 reduce_scatter: Callable[..., Any] = (
     getattr(funcol, "reduce_scatter_single", None) or funcol.reduce_scatter_tensor
 )
+
+
+def local_tensor_group(group: Any) -> tuple[list[int], list[int]]:
+    """How LocalTensorMode runs a process group (or its name): the group's ranks relative to
+    its first, and the first rank of each copy of it over the world (a mesh dim's group runs
+    once per coordinate of the other mesh dims). torch 2.13 and 2.14 also return the first
+    rank; 2.15 does not."""
+    from torch.distributed._local_tensor._c10d import (
+        _prepare_collective_groups,
+        _resolve_pg_or_name,
+    )
+
+    members, offsets, *_ = _prepare_collective_groups(_resolve_pg_or_name(group))
+    return list(members), list(offsets)

@@ -67,6 +67,7 @@ from torch.distributed.tensor._redistribute import _gen_transform_infos_non_cach
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .. import oracle
+from .._compat import local_tensor_group
 from ..notation import PlacementSpec, parse_placement, to_notation
 from .plan import check_placements
 
@@ -580,12 +581,7 @@ class _Group:
 
 
 def _group(name: Any) -> _Group:
-    from torch.distributed._local_tensor._c10d import (
-        _prepare_collective_groups,
-        _resolve_pg_or_name,
-    )
-
-    members, offsets, _ = _prepare_collective_groups(_resolve_pg_or_name(name))
+    members, offsets = local_tensor_group(name)
     return _Group(len(members), tuple(tuple(o + r for r in members) for o in offsets))
 
 

@@ -1,5 +1,6 @@
-"""What torch 2.13's DTensor does around view ops, pinned so the integration's workarounds stay
-honest: a strict xfail turns into a failure the day torch fixes the bug.
+"""What torch's DTensor does around view ops, pinned so the integration's workarounds stay
+honest: a strict xfail turns into a failure the day torch fixes the bug. Every bug here is
+the same on torch 2.13.0, 2.14.1 and 2.15.0 (the suite runs on each).
 
 These run torch's own propagator (cute_shard uninstalled) unless a test says otherwise. Ranks
 are simulated with LocalTensorMode on a fake process group, so every rank's data is checked.
@@ -90,7 +91,7 @@ def test_reshape_reaches_dtensor_as_view_outside_inference_mode() -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="torch 2.13 bug: under inference mode flatten reaches DTensor undecomposed and "
+    reason="torch bug: under inference mode flatten reaches DTensor undecomposed and "
     "DecompShardingStrategy combines single-mesh-dim answers: wrong data on a 2x2x2 mesh "
     "(install() decomposes these ops for real; see test_install.py)",
 )
@@ -102,7 +103,7 @@ def test_torch_flatten_under_inference_mode_on_a_3d_mesh() -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="torch 2.13 bug: a _StridedShard followed by a Shard of the same tensor dim on a later "
+    reason="torch bug: a _StridedShard followed by a Shard of the same tensor dim on a later "
     "mesh dim cannot be redistributed (_maybe_unpad_tensor check fails; on real gloo ranks the "
     "collective sizes mismatch and gloo aborts the process)",
 )
@@ -113,7 +114,7 @@ def test_torch_redistributes_strided_then_shard_on_one_dim() -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="torch 2.13 bug: specs built from _StridedShard placements (from_local, "
+    reason="torch bug: specs built from _StridedShard placements (from_local, "
     "distribute_tensor) read them as a shard order, and view outputs inherit that reading; "
     "where they cannot encode a shard order, redistribution gives wrong shards",
 )
@@ -131,7 +132,7 @@ def test_the_same_shards_read_as_strided_shards_redistribute_right() -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="torch 2.13 bug: a pointwise op on a DTensor with a _StridedShard on a symbolic-size "
+    reason="torch bug: a pointwise op on a DTensor with a _StridedShard on a symbolic-size "
     "dim fails under torch.compile (_StridedShard.local_shard_size_and_offset calls tolist() "
     "on fake indices: a data-dependent error), with torch's propagator as with cute_shard",
     raises=torch._dynamo.exc.TorchRuntimeError,
@@ -164,7 +165,7 @@ def test_torch_compiles_strided_shards_on_a_symbolic_dim() -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="torch 2.13 bug: an in-place squeeze_ on a DTensor squeezes the local tensor but "
+    reason="torch bug: an in-place squeeze_ on a DTensor squeezes the local tensor but "
     "keeps the old global shape (with torch's propagator as with cute_shard)",
 )
 def test_torch_squeeze_inplace_updates_the_global_shape() -> None:
@@ -179,7 +180,7 @@ def test_torch_squeeze_inplace_updates_the_global_shape() -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="torch 2.13 bug: under torch.compile, an op consuming a _StridedShard DTensor on "
+    reason="torch bug: under torch.compile, an op consuming a _StridedShard DTensor on "
     "DTensor caches that have not seen it fails with PendingUnbackedSymbolNotFound: the "
     "redistribute planner computes the _StridedShard's local size by splitting an index "
     "tensor, and under the fake mode its tolist() mints an unbacked symbol per element "
@@ -210,7 +211,7 @@ def test_torch_compiles_a_strided_shard_view_on_cold_caches() -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="torch 2.13 bug: matmul of (batch, heads, seq, d) with the batch on one mesh dim "
+    reason="torch bug: matmul of (batch, heads, seq, d) with the batch on one mesh dim "
     "(one sequence per rank) and the heads on the other: torch's view propagator folds it to "
     "a non-canonical [S(0), _S(0, sf=1)] and then refuses to unfold the bmm's output (cute_shard "
     "gives [S(0), S(0)] and both views are free)",
