@@ -4,8 +4,9 @@ cute_shard supports torch 2.13, 2.14 and 2.15. Every private name it reads is ch
 exist with the parameters cute_shard passes, so a release that renames or reshapes one fails
 here, naming it, instead of deep inside a DTensor program. Across 2.13.0, 2.14.1 and 2.15.0
 these are the same except where ``cute_shard._compat`` reads them (the tensor collectives'
-``*_single`` names) and where the integration reads torch's registry (2.14 registers ``t()``
-with a single-mesh-dim strategy, 2.13 with a plain one: ``integration._find_view_ops``).
+``*_single`` names, LocalTensorMode's reading of a group) and where the integration reads
+torch's registry (2.14 registers ``t()`` with a single-mesh-dim strategy, 2.13 with a plain
+one: ``integration._find_view_ops``).
 """
 
 from __future__ import annotations
