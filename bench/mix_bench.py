@@ -66,7 +66,8 @@ class MixCase:
         return f"{self.shape} -> {self.target} mesh {self.mesh} {list(self.placements)}"
 
 
-def _factors(n: int) -> list[int]:
+def factors(n: int) -> list[int]:
+    """The prime factors of ``n``, smallest first, with repeats."""
     out, d = [], 2
     while d * d <= n:
         while n % d == 0:
@@ -84,14 +85,14 @@ def _target(rng: random.Random, shape: tuple[int, ...]) -> tuple[int, ...]:
         b = rng.randrange(a, n)
         middle = math.prod(shape[a : b + 1])
         if a == b and middle > 1:
-            fs = _factors(middle)
+            fs = factors(middle)
             k = rng.randint(2, min(3, len(fs))) if len(fs) > 1 else 1
             parts = [1] * k
             for f in fs:
                 parts[rng.randrange(k)] *= f
             return (*shape[:a], *parts, *shape[b + 1 :])
         return (*shape[:a], middle, *shape[b + 1 :])
-    fs = _factors(math.prod(shape))
+    fs = factors(math.prod(shape))
     rng.shuffle(fs)
     k = rng.randint(1, 4)
     out = [1] * k

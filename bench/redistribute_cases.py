@@ -40,6 +40,8 @@ import cute_shard.rules as R
 from cute_shard.notation import PlacementSpec, parse_placements, placements_str
 from cute_shard.redistribute import plan_redistribution
 
+from .mix_bench import factors
+
 __all__ = [
     "CATEGORIES",
     "EIGHT_RANK_MESHES",
@@ -202,16 +204,6 @@ def _strided(rng: random.Random, meshes: Sequence[tuple[int, ...]]) -> Pair | No
     return pair
 
 
-def _factors(n: int) -> list[int]:
-    out, d = [], 2
-    while d * d <= n:
-        while n % d == 0:
-            out.append(d)
-            n //= d
-        d += 1
-    return [*out, n] if n > 1 else out
-
-
 def _view_target(rng: random.Random, shape: tuple[int, ...]) -> tuple[int, ...]:
     """A view of the same elements: merge two neighbouring dims, split one, or regroup all."""
     r = rng.random()
@@ -221,12 +213,12 @@ def _view_target(rng: random.Random, shape: tuple[int, ...]) -> tuple[int, ...]:
         return (*shape[:i], shape[i] * shape[i + 1], *shape[i + 2 :])
     if r < 0.7:
         i = rng.randrange(n)
-        fs = _factors(shape[i])
+        fs = factors(shape[i])
         if len(fs) > 1:
             k = rng.randrange(1, len(fs))
             a = math.prod(fs[:k])
             return (*shape[:i], a, shape[i] // a, *shape[i + 1 :])
-    fs = _factors(math.prod(shape))
+    fs = factors(math.prod(shape))
     rng.shuffle(fs)
     out = [1] * rng.randint(2, 3)
     for f in fs:

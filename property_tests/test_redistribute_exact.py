@@ -35,19 +35,17 @@ from __future__ import annotations
 import collections
 import math
 import random
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pytest
 import torch
 import torch.distributed as dist
 from hypothesis import given
 from hypothesis import strategies as st
-from torch.distributed._local_tensor import LocalTensorMode, rank_map
+from torch.distributed._local_tensor import rank_map
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor.debug import CommDebugMode
-from torch.testing._internal.distributed.fake_pg import FakeStore
 
+from bench.redistribute_bench import simulated_world
 from cute_shard.redistribute import physical_limit, transfers
 from cute_shard.redistribute.execute import Group, execute
 from cute_shard.redistribute.types import Plan
@@ -173,16 +171,6 @@ def test_hypothesis_cases(seed: int) -> None:
 # ------------------------------------------------------------------------------ tier 3
 
 
-@contextmanager
-def _fake_world(size: int) -> Iterator[None]:
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=size)
-    try:
-        with LocalTensorMode(frozenset(range(size))):
-            yield
-    finally:
-        dist.destroy_process_group()
-
-
 def _local_tensor_cases() -> dict[int, list[Case]]:
     """The sample, by world size: the first cases of a seed, with 4-8 ranks favoured."""
     rng = random.Random(7)
@@ -197,7 +185,7 @@ def test_simulator_agrees_with_local_tensor_mode() -> None:
     failures = []
     checked = 0
     for size, cases in _local_tensor_cases().items():
-        with _fake_world(size):
+        with simulated_world(size):
             # One mesh per shape, alive as long as the mode: LocalTensorMode caches a mesh's
             # coordinates by id(mesh), so a new mesh that reuses a freed one's id would get
             # the old mesh's coordinates (torch 2.13).
