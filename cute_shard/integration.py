@@ -133,8 +133,7 @@ def _t_dims(ndim: int) -> tuple[int, int]:
 
 def _t_dim_map(first: Any) -> Any:
     """torch's rule for ``t()``: its transpose rule for the dims ``t()`` swaps."""
-    ndim = len(first.shape) if hasattr(first, "shape") else first.ndim
-    return _view_ops.dim_maps[torch.transpose](first, *_t_dims(ndim))
+    return _view_ops.dim_maps[torch.transpose](first, *_t_dims(first.ndim))
 
 
 def _one_shape(sizes: tuple[Any, ...]) -> Any:
@@ -332,6 +331,10 @@ _COMPLEX_OF[torch.float16] = torch.complex32
 _REAL_OF = {c: r for r, c in _COMPLEX_OF.items()}
 
 
+def _t_geometry(shape: Shape, stride: Shape) -> Any:
+    return None if len(shape) > 2 else meta.transpose(shape, stride, *_t_dims(len(shape)))
+
+
 def _expand(shape: Shape, stride: Shape, size: Sequence[int], *, implicit: bool = False) -> Any:
     return meta.expand(shape, stride, size)
 
@@ -352,15 +355,11 @@ GEOMETRIES: dict[OpOverload, tuple[Geometry, Mapping[torch.dtype, torch.dtype] |
     aten.expand.default: (_expand, None),
     aten.permute.default: (meta.permute, None),
     aten.transpose.int: (meta.transpose, None),
-    aten.t.default: (lambda shape, stride: _t_geometry(shape, stride), None),
+    aten.t.default: (_t_geometry, None),
     aten.repeat.default: (meta.repeat, None),
     aten.view_as_real.default: (meta.view_as_real, _REAL_OF),
     aten.view_as_complex.default: (meta.view_as_complex, _COMPLEX_OF),
 }
-
-
-def _t_geometry(shape: Shape, stride: Shape) -> Any:
-    return None if len(shape) > 2 else meta.transpose(shape, stride, *_t_dims(len(shape)))
 
 
 @dataclass(frozen=True, slots=True)
