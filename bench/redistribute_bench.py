@@ -716,9 +716,11 @@ GROUPS = (GRAPH, GREEDY, NONE)
 
 def clear_ours() -> None:
     """Empty cute_shard's redistribution caches: the DTensor side's plans and prices, the
-    planner's plans and the ownership labels. Per-mesh tables (``labels.mesh_ranks``) stay
-    warm, as torch's per-mesh ``MeshTopoInfo`` does."""
-    ours_dtensor.cache_clear()
+    planner's plans and the ownership labels. The per-mesh tables (``labels.mesh_ranks``, a
+    mesh's shape and group) and the per-placement notation table stay warm, as torch's
+    per-mesh ``MeshTopoInfo`` does: they are filled once per mesh or placement value in a
+    program, not per redistribution."""
+    ours_dtensor.cache_clear(tables=False)
     for module, names in ((ours_plan, ("_plan",)), (ours_labels, ("dim_labels", "dim_runs"))):
         for name in names:
             getattr(module, name).cache_clear()

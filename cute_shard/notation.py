@@ -20,10 +20,11 @@ Worked example::
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     from torch.distributed.tensor.placement_types import Placement
@@ -89,22 +90,33 @@ class PlacementSpec:
     @staticmethod
     def of(p: Placement) -> PlacementSpec:
         """The notation of a torch placement (``_StridedShard`` is not a ``Shard`` subclass)."""
-        from torch.distributed.tensor.placement_types import (
-            Partial,
-            Replicate,
-            Shard,
-            _StridedShard,
-        )
-
-        if isinstance(p, _StridedShard):
-            return PlacementSpec("SS", p.dim, int(p.split_factor))
-        if isinstance(p, Shard):
-            return PlacementSpec("S", p.dim)
-        if isinstance(p, Partial):
-            return PlacementSpec("P", reduce_op=p.reduce_op)
-        if isinstance(p, Replicate):
+        kind = _kind_of(cast(Any, type(p)))  # a class: hashable, whatever its stubs say
+        if kind == "SS":
+            return PlacementSpec("SS", p.dim, int(p.split_factor))  # type: ignore[attr-defined]
+        if kind == "S":
+            return PlacementSpec("S", p.dim)  # type: ignore[attr-defined]
+        if kind == "P":
+            return PlacementSpec("P", reduce_op=p.reduce_op)  # type: ignore[attr-defined]
+        if kind == "R":
             return PlacementSpec("R")
         raise ValueError(f"cannot write placement {p!r} in R/S/SS/P notation")
+
+
+@functools.lru_cache(maxsize=64)
+def _kind_of(cls: type) -> str | None:
+    """The notation's kind for a torch placement class (a subclass reads as its base;
+    ``_StridedShard`` first, as it is not a ``Shard``), or None."""
+    from torch.distributed.tensor.placement_types import (
+        Partial,
+        Replicate,
+        Shard,
+        _StridedShard,
+    )
+
+    for kind, base in (("SS", _StridedShard), ("S", Shard), ("P", Partial), ("R", Replicate)):
+        if issubclass(cls, base):
+            return kind
+    return None
 
 
 Placements = tuple[PlacementSpec, ...]

@@ -64,32 +64,30 @@ __all__ = [
     "uninstall",
 ]
 
-_MODELLED = (Replicate, Shard, _StridedShard, Partial)
-
-
-def _specs(placements: Sequence[Any]) -> tuple[PlacementSpec, ...] | None:
-    """The placements in the planner's notation, or None for one it does not model."""
-    out = []
-    for p in placements:
-        if type(p) not in _MODELLED:
-            return None
-        out.append(_spec(p))
-    return tuple(out)
+_MODELLED = frozenset({Replicate, Shard, _StridedShard, Partial})
+_INT = frozenset({int})
 
 
 @functools.lru_cache(maxsize=1024)
 def _spec(p: Any) -> PlacementSpec:
+    """A torch placement in the planner's notation: a table of placement values (a few dozen
+    in a program), kept with the per-mesh tables."""
     return PlacementSpec.of(p)
 
 
 def _modelled(spec: DTensorSpec) -> bool:
     """Whether the planner reads ``spec`` (of a concrete shape) as DTensor places its data."""
-    if not all(type(p) in _MODELLED for p in spec.placements):
+    if not set(map(type, spec.placements)) <= _MODELLED:
         return False
     if spec.use_strided_shard_as_shard_order:
         return True  # the order is read off the split factors, which it places alike
     # the default order applies each tensor dim's mesh dims left to right, as placements do
     return all(list(e.mesh_dims) == sorted(e.mesh_dims) for e in spec.shard_order)
+
+
+@functools.lru_cache(maxsize=256)
+def _mesh_shape(mesh: DeviceMesh) -> tuple[int, ...]:
+    return tuple(mesh.shape)
 
 
 def _joint(mesh: DeviceMesh) -> Group | None:
@@ -138,7 +136,7 @@ def _concrete(spec: DTensorSpec) -> bool:
     """Whether the spec's global shape is ints: a symbolic one (``torch.compile`` with dynamic
     shapes) is torch's to plan, and its SymInts cannot key a cache."""
     meta = spec.tensor_meta
-    return meta is not None and all(type(n) is int for n in meta.shape)
+    return meta is not None and set(map(type, meta.shape)) <= _INT
 
 
 def _spans_world(mesh: DeviceMesh) -> bool:
@@ -157,10 +155,8 @@ def _planned(current: DTensorSpec, target: DTensorSpec, joint: bool) -> Plan | N
     what decides the plan (mesh, placements, global shape) is in them."""
     if current.mesh != target.mesh or not (_modelled(current) and _modelled(target)):
         return None
-    src, dst = _specs(current.placements), _specs(target.placements)
-    if src is None or dst is None:
-        return None
-    mesh = tuple(current.mesh.shape)
+    src, dst = tuple(map(_spec, current.placements)), tuple(map(_spec, target.placements))
+    mesh = _mesh_shape(current.mesh)
     return plan_redistribution(tuple(current.shape), mesh, src, dst, joint=joint)
 
 
@@ -289,7 +285,7 @@ def _priced(current: DTensorSpec, target: DTensorSpec, joint: bool) -> float | N
     if current.is_replicated():
         return 0.0  # only local chunks and partitions
     for a, b in zip(current.placements, target.placements, strict=True):
-        if a != b and b.is_partial() and not a.is_replicate():
+        if b.is_partial() and not a.is_replicate() and a != b:
             return float("inf")  # Shard -> Partial, Partial(op) -> Partial(other): torch bans
     try:
         plan = _planned(current, target, joint)
@@ -313,10 +309,11 @@ def _step_cost(step: Step, itemsize: int, topo: Any) -> float:
     where it has fewer peers than that (a permutation has one)."""
     if step.kind.local:
         return 0.0
-    sizes = [topo.mesh_dim_devices[m] for m in step.mesh_dims]
+    dims = step.mesh_dims
+    sizes = list(map(topo.mesh_dim_devices.__getitem__, dims))
     group = math.prod(sizes)
-    latencies = [topo.mesh_dim_latency[m] for m in step.mesh_dims]
-    bandwidth = min(topo.mesh_dim_bandwidth[m] for m in step.mesh_dims)
+    latencies = list(map(topo.mesh_dim_latency.__getitem__, dims))
+    bandwidth = min(map(topo.mesh_dim_bandwidth.__getitem__, dims))
     if step.kind is Kind.ALL_REDUCE:
         wait = 2 * (group - 1) * max(latencies)
         volume = 2 * step.reduced * (group - 1) / group
@@ -400,10 +397,13 @@ def _homes(modules: tuple[Any, ...], name: str) -> list[Any]:
     return found
 
 
-def cache_clear() -> None:
-    """Empty the plan and price caches."""
+def cache_clear(tables: bool = True) -> None:
+    """Empty the plan and price caches, and (``tables``) the per-mesh and per-placement
+    tables beside them."""
     _planned.cache_clear()
     _priced.cache_clear()
-    _spans.cache_clear()
-    _spec.cache_clear()
-    _joint_in.cache_clear()
+    if tables:
+        _spans.cache_clear()
+        _spec.cache_clear()
+        _joint_in.cache_clear()
+        _mesh_shape.cache_clear()

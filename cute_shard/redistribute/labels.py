@@ -34,8 +34,9 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 __all__ = [
@@ -63,8 +64,12 @@ DST = 1
 def chunk(length: int, parts: int) -> list[tuple[int, int]]:
     """torch.chunk's pieces of ``range(length)`` into ``parts``, padded with empty pieces:
     piece size ``ceil(length / parts)``, the tail shorter or empty."""
+    if not length:
+        return [(0, 0)] * parts
     size = -(-length // parts)
-    return [(min(i * size, length), min((i + 1) * size, length)) for i in range(parts)]
+    starts = range(0, length, size)
+    pieces = list(zip(starts, [*starts[1:], length]))
+    return pieces + [(length, length)] * (parts - len(pieces))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -75,8 +80,26 @@ def dim_runs(n: int, levels: tuple[tuple[int, int], ...]) -> tuple[Run, ...]:
     Post: the runs are sorted, disjoint and cover ``[0, n)``; the positions labelled with
     coordinates ``c`` are the rank's local positions under DTensor's semantics, in order.
     """
-    if len(levels) == 1 and levels[0][1] == 1:  # one Shard: torch.chunk's pieces, in order
-        return tuple((a, b, (c,)) for c, (a, b) in enumerate(chunk(n, levels[0][0])) if b > a)
+    if not levels or not n:
+        return ((0, n, ()),) if n else ()
+    sizes, factors = zip(*levels)
+    if max(factors) == 1:
+        # Shards only: every rank's positions are one interval, torch.chunk's piece of its
+        # parent's, so the runs come out in order; with even pieces, in coordinate order.
+        parts = math.prod(sizes)
+        if n % parts == 0:
+            step = n // parts
+            ends = range(step, n + step, step)
+            return tuple(zip(range(0, n, step), ends, itertools.product(*map(range, sizes))))
+        runs: list[Run] = [(0, n, ())]
+        for size, _ in levels:
+            runs = [
+                (a + x, a + y, (*c, k))
+                for a, b, c in runs
+                for k, (x, y) in enumerate(chunk(b - a, size))
+                if y > x
+            ]
+        return tuple(runs)
     # Each rank's positions as intervals in order, ranks in coordinate order.
     ranks: list[tuple[tuple[int, ...], list[tuple[int, int]]]] = [((), [(0, n)] if n else [])]
     for size, split_factor in levels:
@@ -85,9 +108,9 @@ def dim_runs(n: int, levels: tuple[tuple[int, int], ...]) -> tuple[Run, ...]:
             for c, mine in enumerate(_cut(intervals, size, split_factor)):
                 nxt.append(((*coords, c), mine))
         ranks = nxt
-    runs = [(a, b, coords) for coords, intervals in ranks for a, b in intervals]
-    runs.sort()
-    return tuple(runs)
+    out = [(a, b, coords) for coords, intervals in ranks for a, b in intervals]
+    out.sort()
+    return tuple(out)
 
 
 def _cut(
@@ -139,15 +162,17 @@ def _positions(
     return out
 
 
-def _getter(at: tuple[int, ...]) -> Callable[[tuple[int, ...]], tuple[int, ...]]:
-    """A function reading the labels at positions ``at`` out of a segment's labels."""
+_START, _STOP, _LABEL = map(operator.itemgetter, range(3))  # a run's or a segment's fields
+
+
+def getter(at: Sequence[int]) -> Callable[[tuple[int, ...]], tuple[int, ...]]:
+    """A function reading the items at positions ``at`` out of a tuple, as a tuple (one item
+    too, and none), without a Python frame per call."""
     if len(at) == 1:
-        i = at[0]
-        return lambda lab: (lab[i],)
+        return operator.itemgetter(slice(at[0], at[0] + 1))
     if not at:
-        return lambda lab: ()
-    get = operator.itemgetter(*at)
-    return lambda lab: get(lab)
+        return operator.itemgetter(slice(0, 0))
+    return operator.itemgetter(*at)
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,13 +184,15 @@ class DimLabels:
     size: int
     slots: tuple[Slot, ...]
     segments: tuple[tuple[int, int, tuple[int, ...]], ...]
+    source: tuple[Slot, ...] = ()  # the slots of ``SRC``: a rank's part in the source
+    target: tuple[Slot, ...] = ()  # the slots of ``DST``: its part in the target
     # Pure results computed from the fields above, keyed by their arguments (at most one
     # entry per subset of ``slots``, so bounded); not part of the value.
     _memo: dict[object, object] = field(default_factory=dict, compare=False, repr=False)
 
     def index(self, slots: Sequence[Slot]) -> tuple[int, ...]:
         """Where each of ``slots`` sits in this dim's labels."""
-        return tuple(self.slots.index(s) for s in slots)
+        return tuple(map(self.slots.index, slots))
 
     def counts(self, slots: tuple[Slot, ...]) -> dict[tuple[int, ...], int]:
         """For each combination of labels at ``slots``, how many positions carry it: the
@@ -173,14 +200,19 @@ class DimLabels:
         memo = self._memo.get(slots)
         if memo is None:
             out: dict[tuple[int, ...], int] = {}
-            if slots == self.slots:
-                for a, b, key in self.segments:
-                    out[key] = out.get(key, 0) + b - a
-            else:
-                get = _getter(self.index(slots))
-                for a, b, lab in self.segments:
+            if slots == self.slots:  # one pass over the segments
+                segments = self.segments
+                lengths = map(operator.sub, map(_STOP, segments), map(_START, segments))
+                out = dict(zip(map(_LABEL, segments), lengths))
+                if len(out) < len(segments):  # labels that recur: sum their runs
+                    out = {}
+                    for a, b, key in segments:
+                        out[key] = out.get(key, 0) + b - a
+            else:  # a projection of that: one entry per combination of labels, not per run
+                get = getter(self.index(slots))
+                for lab, n in self.counts(self.slots).items():
                     key = get(lab)
-                    out[key] = out.get(key, 0) + b - a
+                    out[key] = out.get(key, 0) + n
             self._memo[slots] = memo = out
         return memo  # type: ignore[return-value]
 
@@ -195,15 +227,8 @@ class DimLabels:
                 memo = self.size
             else:
                 counts = self.counts(slots)
-                values = counts.values()
-                combos = 1
-                for _, m in slots:
-                    combos *= ranks.mesh[m]
-                if len(counts) == combos and min(values) == max(values):
-                    memo = next(iter(values))
-                else:
-                    keys = zip(*(ranks.column(m) for _, m in slots), strict=True)
-                    memo = tuple(counts.get(k, 0) for k in keys)
+                each = tuple(map(counts.get, ranks.keys(slots), itertools.repeat(0)))
+                memo = each[0] if each.count(each[0]) == len(each) else each
             self._memo[key] = memo
         return memo  # type: ignore[return-value]
 
@@ -236,22 +261,21 @@ class DimLabels:
 
     def senders(
         self, slots: tuple[Slot, ...], sources: tuple[Slot, ...], ranks: Ranks
-    ) -> tuple[frozenset[tuple[int, ...]], ...]:
-        """Per rank, the combinations of labels at ``sources`` among the positions it holds in
-        a state constrained by ``slots``: whose data it holds, by their coordinates."""
+    ) -> tuple[int, bool] | tuple[tuple[int, bool], ...]:
+        """Whose data a rank holds in a state constrained by ``slots``, along this dim: the
+        number of combinations of labels at ``sources`` among its positions, and whether its
+        own coordinates are one of them; per rank, or one pair when every rank's is the same."""
         key = ("senders", slots, sources, ranks.mesh)
         memo = self._memo.get(key)
         if memo is None:
-            at, src = _getter(self.index(slots)), _getter(self.index(sources))
+            at, src = getter(self.index(slots)), getter(self.index(sources))
             found: dict[tuple[int, ...], set[tuple[int, ...]]] = {}
-            for _, _, lab in self.segments:
+            for lab in self.counts(self.slots):
                 found.setdefault(at(lab), set()).add(src(lab))
-            keys = (
-                zip(*(ranks.column(m) for _, m in slots), strict=True)
-                if slots
-                else (() for _ in ranks.coords)
-            )
-            memo = tuple(frozenset(found.get(k, ())) for k in keys)
+            none: frozenset[tuple[int, ...]] = frozenset()
+            held = list(map(found.get, ranks.keys(slots), itertools.repeat(none)))
+            each = list(zip(map(len, held), map(operator.contains, held, ranks.keys(sources))))
+            memo = each[0] if each.count(each[0]) == len(each) else tuple(each)
             self._memo[key] = memo
         return memo  # type: ignore[return-value]
 
@@ -271,9 +295,21 @@ class Ranks:
     mesh: tuple[int, ...]
     coords: tuple[tuple[int, ...], ...]
     columns: tuple[tuple[int, ...], ...]
+    # each slot tuple's coordinate reader (a per-mesh table: one entry per slot tuple)
+    _readers: dict[tuple[Slot, ...], Callable[[tuple[int, ...]], tuple[int, ...]]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     def column(self, m: int) -> tuple[int, ...]:
         return self.columns[m]
+
+    def keys(self, slots: tuple[Slot, ...]) -> Iterator[tuple[int, ...]]:
+        """Each rank's coordinates on the mesh dims of ``slots``, in rank order: the labels
+        it holds at those slots."""
+        read = self._readers.get(slots)
+        if read is None:
+            read = self._readers[slots] = getter([m for _, m in slots])
+        return map(read, self.coords)
 
 
 @functools.lru_cache(maxsize=256)
@@ -292,13 +328,19 @@ def dim_labels(
     """The source's and target's runs of a dim of size ``n`` cut at each other's boundaries.
     ``src`` and ``dst`` list ``(mesh dim, mesh size, split factor)`` for the mesh dims
     sharding the dim, in mesh-dim order."""
-    a = dim_runs(n, tuple((size, sf) for _, size, sf in src))
-    b = dim_runs(n, tuple((size, sf) for _, size, sf in dst))
-    slots = tuple((SRC, m) for m, _, _ in src) + tuple((DST, m) for m, _, _ in dst)
-    if a is b or not dst:  # the cuts are the source's (the same levels: each run once)
-        return DimLabels(n, slots, tuple((x, y, c + c) for x, y, c in a) if dst else a)
+    if not src and not dst:
+        return DimLabels(n, (), ((0, n, ()),) if n else ())
+    source = tuple([(SRC, m) for m, _, _ in src])
+    target = tuple([(DST, m) for m, _, _ in dst])
+    slots = source + target
+    if not dst:
+        return DimLabels(n, slots, dim_runs(n, tuple([lv[1:] for lv in src])), source)
+    b = dim_runs(n, tuple([lv[1:] for lv in dst]))
     if not src:
-        return DimLabels(n, slots, b)
+        return DimLabels(n, slots, b, (), target)
+    a = dim_runs(n, tuple([lv[1:] for lv in src]))
+    if a is b:  # the same levels: the same cuts, each run once
+        return DimLabels(n, slots, tuple([(x, y, c + c) for x, y, c in a]), source, target)
     segments: list[tuple[int, int, tuple[int, ...]]] = []
     i = j = 0
     pos = 0
@@ -315,4 +357,4 @@ def dim_labels(
             i += 1
         if rb[1] == stop:
             j += 1
-    return DimLabels(n, slots, tuple(segments))
+    return DimLabels(n, slots, tuple(segments), source, target)

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import operator
 from collections.abc import Sequence
 
 from ..notation import REDUCE_OPS, PlacementSpec
@@ -79,7 +80,13 @@ def plan_redistribution(
 _PARTITIONABLE = ("sum", "avg", "max", "min")
 
 
+_KIND = operator.attrgetter("kind")
+_INT = frozenset({int})
+
+
 def _check_partials(src: tuple[PlacementSpec, ...], dst: tuple[PlacementSpec, ...]) -> None:
+    if "P" not in map(_KIND, dst):
+        return
     for m, (s, t) in enumerate(zip(src, dst, strict=True)):
         if t.kind == "P" and not (s == t or t.reduce_op in _PARTITIONABLE):
             raise ValueError(
@@ -91,6 +98,8 @@ def _check_partials(src: tuple[PlacementSpec, ...], dst: tuple[PlacementSpec, ..
 
 def _shape(shape: Sequence[int]) -> tuple[int, ...]:
     out = tuple(shape)
+    if set(map(type, out)) <= _INT and min(out, default=0) >= 0:
+        return out
     for d, n in enumerate(out):
         if type(n) is not int or n < 0:
             raise ValueError(f"global shape {out}: dim {d} has size {n!r}; sizes must be ints >= 0")
@@ -101,6 +110,8 @@ def _mesh(mesh: Sequence[int]) -> tuple[int, ...]:
     out = tuple(mesh)
     if not out:
         raise ValueError("the mesh has no dims: give at least one mesh size")
+    if set(map(type, out)) <= _INT and min(out) >= 1:
+        return out
     for m, size in enumerate(out):
         if type(size) is not int or size < 1:
             raise ValueError(f"mesh {out}: mesh dim {m} has size {size!r}; sizes must be ints >= 1")
@@ -117,6 +128,20 @@ def check_placements(
             f"{what} placements: got {len(ps)} for a mesh of {len(mesh)} dims {mesh}; give "
             "exactly one placement per mesh dim"
         )
+    for p in ps:  # the common case: already canonical, checked in one pass
+        kind = p.kind
+        if kind == "S":
+            if 0 <= p.dim < ndim and p.split_factor == 1:
+                continue
+        elif kind == "SS":
+            sf = p.split_factor
+            if 0 <= p.dim < ndim and type(sf) is int and sf > 1:
+                continue
+        elif kind == "R" or (kind == "P" and p.reduce_op in REDUCE_OPS):
+            continue
+        break
+    else:
+        return tuple(ps)
     out: list[PlacementSpec] = []
     for m, p in enumerate(ps):
         if p.kind in ("S", "SS"):
@@ -158,37 +183,46 @@ def _plan(
     dst: tuple[PlacementSpec, ...],
     joint: bool,
 ) -> Plan:
-    src_levels, dst_levels = _levels(src, mesh, len(shape)), _levels(dst, mesh, len(shape))
-    dims = tuple(dim_labels(n, a, b) for n, a, b in zip(shape, src_levels, dst_levels, strict=True))
-    moves = tuple(m for m in (_move(dims, mesh, src, dst, i) for i in range(len(mesh))) if m)
-    by_kind: dict[Kind, list[int]] = {}
+    dims = tuple(map(dim_labels, shape, _levels(src, mesh, shape), _levels(dst, mesh, shape)))
+    moves = tuple(filter(None, [_move(dims, mesh, src, dst, m) for m in range(len(mesh))]))
+    # The mesh dims of each kind of step, in the order the plan takes them (mesh order).
+    chunks, exchange, gathers = [], [], []
+    reductions, partitions = [], []
     for move in moves:
-        by_kind.setdefault(move.kind, []).append(move.mesh_dim)
+        kind, m = move.kind, move.mesh_dim
+        if kind is Kind.CHUNK:
+            chunks.append(m)
+        elif kind is Kind.ALL_TO_ALL:
+            exchange.append(m)
+        elif kind is Kind.ALL_GATHER:
+            gathers.append(m)
+        elif kind.reduces:
+            reductions.append(move)
+        else:  # -> Partial: a shard is gathered first, a pending reduction reduced first
+            if move.src.shards:
+                gathers.append(m)
+            elif move.src.kind == "P":
+                reductions.append(Move(m, move.src, move.dst, Kind.ALL_REDUCE))
+            partitions.append(m)
 
-    start = tuple(tuple(s for s in d.slots if s[0] == SRC) for d in dims)
-    ranks = mesh_ranks(mesh)
-    builder = _Builder(dims, ranks, start)
-    builder.add(Kind.CHUNK, by_kind.get(Kind.CHUNK, []), add=DST)
+    start = tuple(d.source for d in dims)
+    builder = _Builder(dims, mesh_ranks(mesh), start)
+    builder.add(Kind.CHUNK, chunks, add=DST)
     # Reduce-scatters before all-reduces: each one shrinks what the later reductions move.
-    for move in moves:
-        if move.kind is Kind.REDUCE_SCATTER:
-            builder.add(Kind.REDUCE_SCATTER, [move.mesh_dim], add=DST, reduce_op=move.src.reduce_op)
-    for move in moves:
-        if move.kind is Kind.ALL_REDUCE or (move.kind is Kind.PARTITION and move.src.kind == "P"):
-            builder.add(Kind.ALL_REDUCE, [move.mesh_dim], reduce_op=move.src.reduce_op)
-    exchange = sorted(m for k in (Kind.ALL_TO_ALL, Kind.PERMUTE) for m in by_kind.get(k, []))
+    for move in sorted(reductions, key=lambda move: move.kind is Kind.ALL_REDUCE):
+        scatter = move.kind is Kind.REDUCE_SCATTER
+        builder.add(move.kind, [move.mesh_dim], add=DST if scatter else None,
+                    reduce_op=move.src.reduce_op)
     split = len(exchange) > 1 and not joint
     if split:
         builder.exchange_one_by_one(exchange)
     else:
         builder.add(Kind.ALL_TO_ALL, exchange, add=DST, drop=SRC)
-    gathers = [m.mesh_dim for m in moves if m.kind is Kind.ALL_GATHER or _gathers(m)]
-    for m in sorted(gathers, reverse=True):
+    for m in reversed(gathers):
         builder.add(Kind.ALL_GATHER, [m], drop=SRC)
-    for m in (m.mesh_dim for m in moves if m.dst.kind == "P"):
+    for m in partitions:
         builder.add(Kind.PARTITION, [m], reduce_op=dst[m].reduce_op)
 
-    final = tuple(tuple(s for s in d.slots if s[0] == DST) for d in dims)
     return Plan(
         shape,
         mesh,
@@ -196,11 +230,11 @@ def _plan(
         dst,
         dims,
         start,
-        final,
+        tuple(d.target for d in dims),
         _with_kinds(moves, builder.steps),
         tuple(builder.steps),
-        max(builder.received, default=0),
-        max(builder.reduced, default=0),
+        _most(builder.received),
+        _most(builder.reduced),
         split,
     )
 
@@ -212,24 +246,19 @@ def physical_limit(plan: Plan) -> int:
     dims, ranks = plan.dims, mesh_ranks(plan.mesh)
     need = _sizes(dims, plan.final, ranks)
     held = _sizes(dims, _union(plan.final, plan.start), ranks)
-    return max((a - b for a, b in zip(need, held, strict=True)), default=0)
+    return _most(_minus(need, held, ranks))
 
 
 def _levels(
-    ps: tuple[PlacementSpec, ...], mesh: tuple[int, ...], ndim: int
+    ps: tuple[PlacementSpec, ...], mesh: tuple[int, ...], shape: tuple[int, ...]
 ) -> list[tuple[tuple[int, int, int], ...]]:
     """Per tensor dim, ``(mesh dim, mesh size, split factor)`` of each mesh dim sharding it,
     in mesh order; a mesh dim of size 1 holds everything and constrains nothing."""
-    out: list[list[tuple[int, int, int]]] = [[] for _ in range(ndim)]
+    out: list[tuple[tuple[int, int, int], ...]] = [()] * len(shape)
     for m, p in enumerate(ps):
-        if p.kind in ("S", "SS") and mesh[m] > 1:
-            out[p.dim].append((m, mesh[m], p.split_factor))
-    return [tuple(x) for x in out]
-
-
-def _gathers(move: Move) -> bool:
-    """A shard that becomes Partial is gathered first, then partitioned."""
-    return move.kind is Kind.PARTITION and move.src.shards
+        if (p.kind == "S" or p.kind == "SS") and mesh[m] > 1:
+            out[p.dim] += ((m, mesh[m], p.split_factor),)
+    return out
 
 
 def _move(
@@ -247,59 +276,22 @@ def _move(
         if t.shards:
             if s.dim == t.dim and _same_owner(dims[s.dim], m):
                 return None
-            where = (
-                f"changes position within d{s.dim}"
-                if s.dim == t.dim
-                else f"moves from d{s.dim} to d{t.dim}"
-            )
-            return Move(m, s, t, Kind.ALL_TO_ALL, f"m{m}'s sub-mode {where}")
-        if t.kind == "P":
-            return Move(
-                m,
-                s,
-                t,
-                Kind.PARTITION,
-                f"each rank needs all of d{s.dim} along m{m}, then a pending {t.reduce_op}",
-            )
-        return Move(m, s, t, Kind.ALL_GATHER, f"each rank needs all of d{s.dim} along m{m}")
+            return Move(m, s, t, Kind.ALL_TO_ALL)
+        return Move(m, s, t, Kind.PARTITION if t.kind == "P" else Kind.ALL_GATHER)
     if s.kind == "R":
         if t.shards:
-            return Move(
-                m,
-                s,
-                t,
-                Kind.CHUNK,
-                f"every rank already holds its part of d{t.dim} along m{m}: it keeps that part",
-            )
-        if t.kind == "P":
-            return Move(m, s, t, Kind.PARTITION, f"the value becomes a pending {t.reduce_op}")
-        return None
+            return Move(m, s, t, Kind.CHUNK)
+        return Move(m, s, t, Kind.PARTITION) if t.kind == "P" else None
     # a Partial source
-    if t.kind == "P" and t.reduce_op == s.reduce_op:
-        return None
-    if t.shards:
-        return Move(
-            m,
-            s,
-            t,
-            Kind.REDUCE_SCATTER,
-            f"the pending {s.reduce_op} is reduced and each rank keeps its part of d{t.dim}",
-        )
     if t.kind == "P":
-        return Move(
-            m,
-            s,
-            t,
-            Kind.PARTITION,
-            f"the pending {s.reduce_op} is reduced, then a pending {t.reduce_op}",
-        )
-    return Move(m, s, t, Kind.ALL_REDUCE, f"the pending {s.reduce_op} is reduced")
+        return None if t.reduce_op == s.reduce_op else Move(m, s, t, Kind.PARTITION)
+    return Move(m, s, t, Kind.REDUCE_SCATTER if t.shards else Kind.ALL_REDUCE)
 
 
 def _same_owner(labels: DimLabels, m: int) -> bool:
     """Whether mesh dim m's sub-mode gives every position the same owner in both."""
     a, b = labels.index(((SRC, m), (DST, m)))
-    return all(lab[a] == lab[b] for _, _, lab in labels.segments)
+    return all(lab[a] == lab[b] for lab in labels.counts(labels.slots))
 
 
 def _with_kinds(moves: tuple[Move, ...], steps: list[Step]) -> tuple[Move, ...]:
@@ -307,43 +299,65 @@ def _with_kinds(moves: tuple[Move, ...], steps: list[Step]) -> tuple[Move, ...]:
     all-to-all), and told which mesh dims moved with it."""
     out = []
     for move in moves:
-        step = next((s for s in steps if move.mesh_dim in s.mesh_dims), None)
-        if move.kind is Kind.ALL_TO_ALL and step is not None:
-            reason = move.reason
-            others = [f"m{o}" for o in step.mesh_dims if o != move.mesh_dim]
-            if others:
-                reason += f"; it moves together with {', '.join(others)}"
-            move = Move(move.mesh_dim, move.src, move.dst, step.kind, reason)
+        if move.kind is Kind.ALL_TO_ALL:
+            step = next((s for s in steps if move.mesh_dim in s.mesh_dims), None)
+            if step is not None:
+                others = tuple(o for o in step.mesh_dims if o != move.mesh_dim)
+                move = Move(move.mesh_dim, move.src, move.dst, step.kind, others)
         out.append(move)
     return tuple(out)
 
 
 # ------------------------------------------------------------------------ sizes per rank
 
+# A quantity per rank: one int when every rank's is the same (even shards, the common case,
+# which then costs nothing per rank), otherwise one per rank in the order of ``Ranks``.
+PerRank = int | tuple[int, ...]
 
-def _sizes(dims: tuple[DimLabels, ...], state: State, ranks: Ranks) -> list[int]:
-    """How many elements each rank holds in ``state``, in the order of ``ranks``."""
+
+def _sizes(dims: tuple[DimLabels, ...], state: State, ranks: Ranks) -> PerRank:
+    """How many elements each rank holds in ``state``."""
     whole = 1  # the factor every rank shares
-    out: list[int] | None = None
+    out: tuple[int, ...] | None = None
     for d, slots in zip(dims, state, strict=True):
-        n = d.per_rank(slots, ranks)
-        if isinstance(n, int):
+        n = d.per_rank(slots, ranks) if slots else d.size
+        if type(n) is int:
             whole *= n
         elif out is None:
-            out = list(n)
+            out = n  # type: ignore[assignment]
         else:
-            out = [a * b for a, b in zip(out, n, strict=True)]
+            out = tuple(map(operator.mul, out, n))  # type: ignore[arg-type]
     if out is None:
-        return [whole] * len(ranks.coords)
-    return [a * whole for a in out] if whole != 1 else out
+        return whole
+    return tuple(map(operator.mul, out, itertools.repeat(whole))) if whole != 1 else out
 
 
-def _flat(sizes: list[int]) -> bool:
-    return min(sizes, default=0) == max(sizes, default=0)
+def _each(x: PerRank, ranks: Ranks) -> tuple[int, ...]:
+    return (x,) * len(ranks.coords) if type(x) is int else x  # type: ignore[return-value]
+
+
+def _minus(a: PerRank, b: PerRank, ranks: Ranks) -> PerRank:
+    if type(a) is int and type(b) is int:
+        return a - b
+    return tuple(map(operator.sub, _each(a, ranks), _each(b, ranks)))
+
+
+def _plus(a: PerRank, b: PerRank, ranks: Ranks) -> PerRank:
+    if type(a) is int and type(b) is int:
+        return a + b
+    return tuple(map(operator.add, _each(a, ranks), _each(b, ranks)))
+
+
+def _most(x: PerRank) -> int:
+    return x if type(x) is int else max(x, default=0)  # type: ignore[arg-type]
+
+
+def _flat(x: PerRank) -> bool:
+    return type(x) is int or min(x, default=0) == max(x, default=0)  # type: ignore[arg-type]
 
 
 def _union(a: State, b: State) -> State:
-    return tuple(tuple(sorted(set(x) | set(y))) for x, y in zip(a, b, strict=True))
+    return tuple(x if x == y else tuple(sorted(set(x) | set(y))) for x, y in zip(a, b, strict=True))
 
 
 class _Builder:
@@ -354,11 +368,11 @@ class _Builder:
         self.ranks = ranks
         self.state = start
         self.steps: list[Step] = []
-        self.received = [0] * len(ranks.coords)
-        self.reduced = [0] * len(ranks.coords)
-        self._sizes: dict[State, list[int]] = {}
+        self.received: PerRank = 0
+        self.reduced: PerRank = 0
+        self._sizes: dict[State, PerRank] = {}
 
-    def sizes(self, state: State) -> list[int]:
+    def sizes(self, state: State) -> PerRank:
         """``_sizes`` of ``state``, once per state (a step's result is the next one's start)."""
         out = self._sizes.get(state)
         if out is None:
@@ -368,12 +382,21 @@ class _Builder:
     def next_state(self, mesh_dims: Sequence[int], add: int | None, drop: int | None) -> State:
         out = []
         for d, slots in zip(self.dims, self.state, strict=True):
-            if not any(m in mesh_dims for _, m in d.slots):
+            if not d.slots:
                 out.append(slots)
                 continue
-            keep = [s for s in slots if not (s[0] == drop and s[1] in mesh_dims)]
-            new = [s for s in d.slots if s[0] == add and s[1] in mesh_dims]
-            out.append(tuple(sorted(set(keep) | set(new))))
+            # one pass over the dim's slots, which are in order: the state's, less the
+            # dropped ones, and the added ones
+            out.append(
+                tuple(
+                    [
+                        s
+                        for s in d.slots
+                        if (s[1] in mesh_dims and s[0] == add)
+                        or (s in slots and not (s[1] in mesh_dims and s[0] == drop))
+                    ]
+                )
+            )
         return tuple(out)
 
     def add(
@@ -393,13 +416,13 @@ class _Builder:
         even = uniform = True  # a local step receives nothing: both hold trivially
         if kind.reduces:
             sizes = self.sizes(before)
-            self.reduced = [a + b for a, b in zip(self.reduced, sizes, strict=True)]
-            reduced = max(sizes, default=0)
-            even = uniform = min(sizes, default=0) == reduced
+            self.reduced = _plus(self.reduced, sizes, self.ranks)
+            reduced = _most(sizes)
+            even = uniform = _flat(sizes)
         elif not kind.local:
             kind, got, peers = self._exchange(kind, tuple(mesh_dims), before, after)
-            received = max(got, default=0)
-            uniform = min(got, default=0) == received
+            received = _most(got)
+            uniform = _flat(got)
             even = _flat(self.sizes(before)) and _flat(self.sizes(after))
         self.steps.append(
             Step(
@@ -419,38 +442,47 @@ class _Builder:
 
     def _exchange(
         self, kind: Kind, mesh_dims: tuple[int, ...], before: State, after: State
-    ) -> tuple[Kind, list[int], int]:
+    ) -> tuple[Kind, PerRank, int]:
         """The step's name (an all-gather where every rank keeps what it held, a permutation
         where each rank's new part comes from one peer, otherwise an all-to-all), what each
         rank receives, and the most peers a rank receives from."""
-        need = self.sizes(after)
         kept = self.sizes(_union(before, after))
-        got = [a - b for a, b in zip(need, kept, strict=True)]
-        self.received = [a + b for a, b in zip(self.received, got, strict=True)]
+        got = _minus(self.sizes(after), kept, self.ranks)
+        self.received = _plus(self.received, got, self.ranks)
         peers = self._peers(mesh_dims, after, got)
-        if kind is Kind.ALL_GATHER or kept == self.sizes(before):
+        if kind is Kind.ALL_GATHER or _each(kept, self.ranks) == _each(
+            self.sizes(before), self.ranks
+        ):
             return Kind.ALL_GATHER, got, peers
         return (Kind.PERMUTE if peers <= 1 else Kind.ALL_TO_ALL), got, peers
 
-    def _peers(self, mesh_dims: tuple[int, ...], after: State, got: list[int]) -> int:
+    def _peers(self, mesh_dims: tuple[int, ...], after: State, got: PerRank) -> int:
         """The most peers a rank receives from: an element's sender is the rank whose source
         owners on ``mesh_dims`` hold it, so a rank's senders are the combinations of those
         owners among the positions it needs, less itself."""
-        per_dim = []
+        if not _most(got):
+            return 0
+        count, mine = 1, True  # the factors every rank shares
+        each: list[tuple[tuple[int, bool], ...]] = []
         for d, slots in zip(self.dims, after, strict=True):
-            sources = tuple(s for s in d.slots if s[0] == SRC and s[1] in mesh_dims)
+            sources = tuple([s for s in d.source if s[1] in mesh_dims])
             if sources:
-                own = tuple(zip(*(self.ranks.column(m) for _, m in sources), strict=True))
-                per_dim.append((d.senders(slots, sources, self.ranks), own))
+                senders = d.senders(slots, sources, self.ranks)
+                if type(senders[0]) is int:
+                    count *= senders[0]
+                    mine = mine and senders[1]
+                else:
+                    each.append(senders)  # type: ignore[arg-type]
+        if not each:
+            return count - mine
         most = 0
-        for i, n in enumerate(got):
-            if not n:
-                continue
-            count, mine = 1, True
-            for senders, own in per_dim:
-                count *= len(senders[i])
-                mine = mine and own[i] in senders[i]
-            most = max(most, count - mine)
+        for n, *per_dim in zip(_each(got, self.ranks), *each, strict=True):
+            if n:
+                c, o = count, mine
+                for many, own in per_dim:
+                    c *= many
+                    o = o and own
+                most = max(most, c - o)
         return most
 
     def exchange_one_by_one(self, mesh_dims: list[int]) -> None:
@@ -459,11 +491,11 @@ class _Builder:
 
         def worst(order: tuple[int, ...]) -> int:
             trial = _Builder(self.dims, self.ranks, self.state)
-            trial.received = list(self.received)
+            trial.received = self.received
             trial._sizes = self._sizes
             for m in order:
                 trial.add(Kind.ALL_TO_ALL, [m], add=DST, drop=SRC)
-            return max(trial.received, default=0)
+            return _most(trial.received)
 
         for m in min(itertools.permutations(mesh_dims), key=worst):
             self.add(Kind.ALL_TO_ALL, [m], add=DST, drop=SRC)

@@ -45,13 +45,38 @@ class Kind(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class Move:
-    """One mesh dim that changes: its source and target placement, how and why."""
+    """One mesh dim that changes: its source and target placement, how, and the other mesh
+    dims its exchange moves together with (``reason`` says why, in words)."""
 
     mesh_dim: int
     src: PlacementSpec
     dst: PlacementSpec
     kind: Kind
-    reason: str
+    together: tuple[int, ...] = ()
+
+    @property
+    def reason(self) -> str:
+        m, s, t = self.mesh_dim, self.src, self.dst
+        if s.shards and t.shards:
+            where = f"changes position within d{s.dim}" if s.dim == t.dim else (
+                f"moves from d{s.dim} to d{t.dim}"
+            )
+            text = f"m{m}'s sub-mode {where}"
+            if self.together:
+                text += "; it moves together with " + ", ".join(f"m{o}" for o in self.together)
+            return text
+        if s.shards:
+            text = f"each rank needs all of d{s.dim} along m{m}"
+            return text + f", then a pending {t.reduce_op}" if t.kind == "P" else text
+        if s.kind == "R":
+            if t.shards:
+                return f"every rank already holds its part of d{t.dim} along m{m}: it keeps that part"
+            return f"the value becomes a pending {t.reduce_op}"
+        if t.shards:
+            return f"the pending {s.reduce_op} is reduced and each rank keeps its part of d{t.dim}"
+        if t.kind == "P":
+            return f"the pending {s.reduce_op} is reduced, then a pending {t.reduce_op}"
+        return f"the pending {s.reduce_op} is reduced"
 
 
 @dataclass(frozen=True, slots=True)
