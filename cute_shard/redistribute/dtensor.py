@@ -32,6 +32,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import operator
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -284,15 +285,15 @@ def _priced(current: DTensorSpec, target: DTensorSpec, joint: bool) -> float | N
         return float("inf")
     if current.is_replicated():
         return 0.0  # only local chunks and partitions
-    for a, b in zip(current.placements, target.placements, strict=True):
-        if b.is_partial() and not a.is_replicate() and a != b:
-            return float("inf")  # Shard -> Partial, Partial(op) -> Partial(other): torch bans
     try:
         plan = _planned(current, target, joint)
     except ValueError:
         return float("inf")  # a pair the planner refuses is never the cheaper strategy
     if plan is None:
         return None
+    for s, t in zip(plan.src, plan.dst, strict=True):
+        if t.kind == "P" and s.kind != "R" and s != t:
+            return float("inf")  # Shard -> Partial, Partial(op) -> Partial(other): torch bans
     if not current.mesh._is_current_rank_part_of_mesh():
         return 0.0
     itemsize = current.tensor_meta.dtype.itemsize if current.tensor_meta is not None else 4
@@ -307,22 +308,21 @@ def _step_cost(step: Step, itemsize: int, topo: Any) -> float:
     several mesh dims pays, per mesh dim, a hop for each other coordinate on it (as the
     per-mesh-dim collectives it replaces would), or one hop per peer at the slowest latency
     where it has fewer peers than that (a permutation has one)."""
-    if step.kind.local:
+    kind = step.kind
+    if kind is Kind.CHUNK or kind is Kind.PARTITION:
         return 0.0
     dims = step.mesh_dims
     sizes = list(map(topo.mesh_dim_devices.__getitem__, dims))
-    group = math.prod(sizes)
     latencies = list(map(topo.mesh_dim_latency.__getitem__, dims))
     bandwidth = min(map(topo.mesh_dim_bandwidth.__getitem__, dims))
-    if step.kind is Kind.ALL_REDUCE:
-        wait = 2 * (group - 1) * max(latencies)
-        volume = 2 * step.reduced * (group - 1) / group
-    elif step.kind is Kind.REDUCE_SCATTER:
-        wait = (group - 1) * max(latencies)
-        volume = step.reduced * (group - 1) / group
+    if kind is Kind.ALL_REDUCE or kind is Kind.REDUCE_SCATTER:
+        group = math.prod(sizes)
+        hops = (group - 1) * (2 if kind is Kind.ALL_REDUCE else 1)
+        wait = hops * max(latencies)
+        volume = step.reduced * hops / group
     else:
-        per_dim = sum((n - 1) * lat for n, lat in zip(sizes, latencies, strict=True))
-        wait = min(max(step.peers, 1) * max(latencies), per_dim)
+        hops = sum(map(operator.mul, map((-1).__add__, sizes), latencies))  # (n-1) per dim
+        wait = min(max(step.peers, 1) * max(latencies), hops)
         volume = step.received
     gigabytes = volume * itemsize / 1024**3
     return float(6.6 + wait + gigabytes / bandwidth * 1e6)

@@ -32,6 +32,8 @@ so the rank at (0, 1) holds positions 6-11 and needs 1 and 3: it receives 2 elem
 
 from __future__ import annotations
 
+import bisect
+import collections
 import functools
 import itertools
 import math
@@ -108,7 +110,9 @@ def dim_runs(n: int, levels: tuple[tuple[int, int], ...]) -> tuple[Run, ...]:
             for c, mine in enumerate(_cut(intervals, size, split_factor)):
                 nxt.append(((*coords, c), mine))
         ranks = nxt
-    out = [(a, b, coords) for coords, intervals in ranks for a, b in intervals]
+    out: list[Run] = []
+    for coords, intervals in ranks:
+        out += map(operator.add, intervals, itertools.repeat((coords,)))
     out.sort()
     return tuple(out)
 
@@ -117,23 +121,40 @@ def _cut(
     intervals: list[tuple[int, int]], size: int, split_factor: int
 ) -> list[list[tuple[int, int]]]:
     """One rank's positions (``intervals``, in order) cut by one more placement: the
-    positions each coordinate on the new mesh dim keeps, as intervals in order."""
-    length = 0
-    for a, b in intervals:
-        length += b - a
-    # each coordinate's ranges of the rank's local index
-    local: list[list[tuple[int, int]]] = [[] for _ in range(size)]
-    for lo, hi in chunk(length, split_factor):
-        for c, (a, b) in enumerate(chunk(hi - lo, size)):
+    positions each coordinate on the new mesh dim keeps, as intervals in order.
+
+    torch.chunk cuts the rank's ``length`` local positions into ``full`` pieces of ``piece``
+    and a shorter ``tail``; every full piece is cut alike, so a coordinate's ranges in them
+    are one range repeated at a stride of ``piece`` (written with ``range``, not a loop)."""
+    length = sum(map(operator.sub, map(_STOP, intervals), map(_START, intervals)))
+    piece = -(-length // split_factor)
+    full = length // piece if piece else 0
+    span = full * piece
+    local: list[list[tuple[int, int]]] = []
+    for a, b in chunk(piece, size):
+        if b <= a:
+            local.append([])
+        elif b - a == piece:  # all of every piece: one range
+            local.append([(0, span)])
+        else:
+            local.append(list(zip(range(a, span, piece), range(b, span + 1, piece))))
+    if length > span:  # the tail piece
+        for c, (a, b) in enumerate(chunk(length - span, size)):
             if b > a:
                 ranges = local[c]
-                if ranges and ranges[-1][1] == lo + a:
-                    ranges[-1] = (ranges[-1][0], lo + b)
+                if ranges and ranges[-1][1] == span + a:
+                    ranges[-1] = (ranges[-1][0], span + b)
                 else:
-                    ranges.append((lo + a, lo + b))
+                    ranges.append((span + a, span + b))
     if len(intervals) == 1:  # local index i is position start + i
         start = intervals[0][0]
-        return [[(start + a, start + b) for a, b in ranges] for ranges in local]
+        if not start:
+            return local
+        shift = start.__add__
+        return [
+            list(zip(map(shift, map(_START, ranges)), map(shift, map(_STOP, ranges))))
+            for ranges in local
+        ]
     return [_positions(intervals, ranges) for ranges in local]
 
 
@@ -163,6 +184,7 @@ def _positions(
 
 
 _START, _STOP, _LABEL = map(operator.itemgetter, range(3))  # a run's or a segment's fields
+_FIRST = _START
 
 
 def getter(at: Sequence[int]) -> Callable[[tuple[int, ...]], tuple[int, ...]]:
@@ -206,13 +228,21 @@ class DimLabels:
                 out = dict(zip(map(_LABEL, segments), lengths))
                 if len(out) < len(segments):  # labels that recur: sum their runs
                     out = {}
-                    for a, b, key in segments:
-                        out[key] = out.get(key, 0) + b - a
+                    for key, group in itertools.groupby(sorted(segments, key=_LABEL), _LABEL):
+                        runs = list(group)
+                        out[key] = sum(map(operator.sub, map(_STOP, runs), map(_START, runs)))
             else:  # a projection of that: one entry per combination of labels, not per run
                 get = getter(self.index(slots))
-                for lab, n in self.counts(self.slots).items():
-                    key = get(lab)
-                    out[key] = out.get(key, 0) + n
+                full = self.counts(self.slots)
+                sizes = set(full.values())
+                if len(sizes) == 1:  # every combination equally long: count them
+                    seen = collections.Counter(map(get, full))
+                    unit = itertools.repeat(sizes.pop())
+                    out = dict(zip(seen, map(operator.mul, seen.values(), unit)))
+                else:
+                    for lab, n in full.items():
+                        key = get(lab)
+                        out[key] = out.get(key, 0) + n
             self._memo[slots] = memo = out
         return memo  # type: ignore[return-value]
 
@@ -269,12 +299,12 @@ class DimLabels:
         memo = self._memo.get(key)
         if memo is None:
             at, src = getter(self.index(slots)), getter(self.index(sources))
-            found: dict[tuple[int, ...], set[tuple[int, ...]]] = {}
-            for lab in self.counts(self.slots):
-                found.setdefault(at(lab), set()).add(src(lab))
-            none: frozenset[tuple[int, ...]] = frozenset()
-            held = list(map(found.get, ranks.keys(slots), itertools.repeat(none)))
-            each = list(zip(map(len, held), map(operator.contains, held, ranks.keys(sources))))
+            full = self.counts(self.slots)
+            # the (labels at slots, labels at sources) that occur: per holder, its senders
+            pairs = set(zip(map(at, full), map(src, full)))
+            many = collections.Counter(map(_FIRST, pairs))
+            mine = map(pairs.__contains__, zip(ranks.keys(slots), ranks.keys(sources)))
+            each = list(zip(map(many.get, ranks.keys(slots), itertools.repeat(0)), mine))
             memo = each[0] if each.count(each[0]) == len(each) else tuple(each)
             self._memo[key] = memo
         return memo  # type: ignore[return-value]
@@ -341,20 +371,20 @@ def dim_labels(
     a = dim_runs(n, tuple([lv[1:] for lv in src]))
     if a is b:  # the same levels: the same cuts, each run once
         return DimLabels(n, slots, tuple([(x, y, c + c) for x, y, c in a]), source, target)
-    segments: list[tuple[int, int, tuple[int, ...]]] = []
-    i = j = 0
-    pos = 0
-    while pos < n:
-        ra, rb = a[i], b[j]
-        stop = min(ra[1], rb[1])
-        labels = ra[2] + rb[2]
-        if segments and segments[-1][1] == pos and segments[-1][2] == labels:
-            segments[-1] = (segments[-1][0], stop, labels)
-        else:
-            segments.append((pos, stop, labels))
-        pos = stop
-        if ra[1] == stop:
-            i += 1
-        if rb[1] == stop:
-            j += 1
+    # Cut at both runs' starts; each segment carries the labels of the runs holding it.
+    starts_a, starts_b = list(map(_START, a)), list(map(_START, b))
+    cuts = sorted({*starts_a, *starts_b})
+    in_a = map((-1).__add__, map(bisect.bisect_right, itertools.repeat(starts_a), cuts))
+    in_b = map((-1).__add__, map(bisect.bisect_right, itertools.repeat(starts_b), cuts))
+    labels = list(map(operator.add, map(_LABEL, map(a.__getitem__, in_a)),
+                      map(_LABEL, map(b.__getitem__, in_b))))
+    segments = list(zip(cuts, [*cuts[1:], n], labels))
+    if any(map(operator.eq, labels, labels[1:])):  # a run's cut that changes no label
+        merged: list[tuple[int, int, tuple[int, ...]]] = []
+        for seg in segments:
+            if merged and merged[-1][2] == seg[2]:
+                merged[-1] = (merged[-1][0], seg[1], seg[2])
+            else:
+                merged.append(seg)
+        segments = merged
     return DimLabels(n, slots, tuple(segments), source, target)

@@ -184,35 +184,35 @@ def _plan(
     joint: bool,
 ) -> Plan:
     dims = tuple(map(dim_labels, shape, _levels(src, mesh, shape), _levels(dst, mesh, shape)))
-    moves = tuple(filter(None, [_move(dims, mesh, src, dst, m) for m in range(len(mesh))]))
+    kinds = [(m, k) for m in range(len(mesh)) if (k := _kind(dims, mesh, src, dst, m))]
     # The mesh dims of each kind of step, in the order the plan takes them (mesh order).
-    chunks, exchange, gathers = [], [], []
-    reductions, partitions = [], []
-    for move in moves:
-        kind, m = move.kind, move.mesh_dim
+    chunks, scatters, reduces, exchange, gathers, partitions = [], [], [], [], [], []
+    for m, kind in kinds:
         if kind is Kind.CHUNK:
             chunks.append(m)
         elif kind is Kind.ALL_TO_ALL:
             exchange.append(m)
         elif kind is Kind.ALL_GATHER:
             gathers.append(m)
-        elif kind.reduces:
-            reductions.append(move)
+        elif kind is Kind.REDUCE_SCATTER:
+            scatters.append(m)
+        elif kind is Kind.ALL_REDUCE:
+            reduces.append(m)
         else:  # -> Partial: a shard is gathered first, a pending reduction reduced first
-            if move.src.shards:
+            if src[m].kind == "P":
+                reduces.append(m)
+            elif src[m].kind != "R":
                 gathers.append(m)
-            elif move.src.kind == "P":
-                reductions.append(Move(m, move.src, move.dst, Kind.ALL_REDUCE))
             partitions.append(m)
 
     start = tuple(d.source for d in dims)
     builder = _Builder(dims, mesh_ranks(mesh), start)
     builder.add(Kind.CHUNK, chunks, add=DST)
     # Reduce-scatters before all-reduces: each one shrinks what the later reductions move.
-    for move in sorted(reductions, key=lambda move: move.kind is Kind.ALL_REDUCE):
-        scatter = move.kind is Kind.REDUCE_SCATTER
-        builder.add(move.kind, [move.mesh_dim], add=DST if scatter else None,
-                    reduce_op=move.src.reduce_op)
+    for m in scatters:
+        builder.add(Kind.REDUCE_SCATTER, [m], add=DST, reduce_op=src[m].reduce_op)
+    for m in reduces:
+        builder.add(Kind.ALL_REDUCE, [m], reduce_op=src[m].reduce_op)
     split = len(exchange) > 1 and not joint
     if split:
         builder.exchange_one_by_one(exchange)
@@ -223,6 +223,7 @@ def _plan(
     for m in partitions:
         builder.add(Kind.PARTITION, [m], reduce_op=dst[m].reduce_op)
 
+    steps = tuple(builder.steps)
     return Plan(
         shape,
         mesh,
@@ -231,8 +232,8 @@ def _plan(
         dims,
         start,
         tuple(d.target for d in dims),
-        _with_kinds(moves, builder.steps),
-        tuple(builder.steps),
+        tuple(_move(m, kind, src, dst, steps) for m, kind in kinds),
+        steps,
         _most(builder.received),
         _most(builder.reduced),
         split,
@@ -261,31 +262,31 @@ def _levels(
     return out
 
 
-def _move(
+def _kind(
     dims: tuple[DimLabels, ...],
     mesh: tuple[int, ...],
     src: tuple[PlacementSpec, ...],
     dst: tuple[PlacementSpec, ...],
     m: int,
-) -> Move | None:
+) -> Kind | None:
     """What mesh dim ``m`` does, or None when it keeps its sub-mode (or has size 1)."""
     s, t = src[m], dst[m]
     if mesh[m] == 1:
         return None
-    if s.shards:
-        if t.shards:
+    if s.kind == "S" or s.kind == "SS":
+        if t.kind == "S" or t.kind == "SS":
             if s.dim == t.dim and _same_owner(dims[s.dim], m):
                 return None
-            return Move(m, s, t, Kind.ALL_TO_ALL)
-        return Move(m, s, t, Kind.PARTITION if t.kind == "P" else Kind.ALL_GATHER)
+            return Kind.ALL_TO_ALL
+        return Kind.PARTITION if t.kind == "P" else Kind.ALL_GATHER
     if s.kind == "R":
-        if t.shards:
-            return Move(m, s, t, Kind.CHUNK)
-        return Move(m, s, t, Kind.PARTITION) if t.kind == "P" else None
+        if t.kind == "R":
+            return None
+        return Kind.PARTITION if t.kind == "P" else Kind.CHUNK
     # a Partial source
     if t.kind == "P":
-        return None if t.reduce_op == s.reduce_op else Move(m, s, t, Kind.PARTITION)
-    return Move(m, s, t, Kind.REDUCE_SCATTER if t.shards else Kind.ALL_REDUCE)
+        return None if t.reduce_op == s.reduce_op else Kind.PARTITION
+    return Kind.ALL_REDUCE if t.kind == "R" else Kind.REDUCE_SCATTER
 
 
 def _same_owner(labels: DimLabels, m: int) -> bool:
@@ -294,18 +295,21 @@ def _same_owner(labels: DimLabels, m: int) -> bool:
     return all(lab[a] == lab[b] for lab in labels.counts(labels.slots))
 
 
-def _with_kinds(moves: tuple[Move, ...], steps: list[Step]) -> tuple[Move, ...]:
-    """Each exchanging move named by the collective its step became (a permutation or an
-    all-to-all), and told which mesh dims moved with it."""
-    out = []
-    for move in moves:
-        if move.kind is Kind.ALL_TO_ALL:
-            step = next((s for s in steps if move.mesh_dim in s.mesh_dims), None)
-            if step is not None:
-                others = tuple(o for o in step.mesh_dims if o != move.mesh_dim)
-                move = Move(move.mesh_dim, move.src, move.dst, step.kind, others)
-        out.append(move)
-    return tuple(out)
+def _move(
+    m: int,
+    kind: Kind,
+    src: tuple[PlacementSpec, ...],
+    dst: tuple[PlacementSpec, ...],
+    steps: tuple[Step, ...],
+) -> Move:
+    """Mesh dim m's move; an exchanging one named by the collective its step became (a
+    permutation or an all-to-all) and told which mesh dims moved with it."""
+    if kind is Kind.ALL_TO_ALL:
+        for step in steps:
+            if m in step.mesh_dims:
+                others = tuple([o for o in step.mesh_dims if o != m])
+                return Move(m, src[m], dst[m], step.kind, others)
+    return Move(m, src[m], dst[m], kind)
 
 
 # ------------------------------------------------------------------------ sizes per rank
