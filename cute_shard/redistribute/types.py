@@ -1,6 +1,8 @@
 """The values a redistribution plan is made of: kinds of step, states, steps, moves, the plan.
 
-Torch-free and below every algorithm that reads them: the planner (``plan.py``) builds them,
+Named tuples (a plan is built once per redistribution, its steps and moves with it: they are
+made in a fraction of a frozen dataclass's time). Torch-free and below every algorithm that
+reads them: the planner (``plan.py``) builds them,
 the executor (``execute.py``) runs them, the DTensor integration prices them, and the command
 line, ``explain`` and ``trace`` print them.
 
@@ -12,7 +14,7 @@ the target's; each step changes the slots of its mesh dims only.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..notation import PlacementSpec
 from .labels import DimLabels, Slot
@@ -43,8 +45,7 @@ class Kind(enum.Enum):
         return self in (Kind.ALL_REDUCE, Kind.REDUCE_SCATTER)
 
 
-@dataclass(frozen=True, slots=True)
-class Move:
+class Move(NamedTuple):
     """One mesh dim that changes: its source and target placement, how, and the other mesh
     dims its exchange moves together with (``reason`` says why, in words)."""
 
@@ -79,8 +80,7 @@ class Move:
         return f"the pending {s.reduce_op} is reduced"
 
 
-@dataclass(frozen=True, slots=True)
-class Step:
+class Step(NamedTuple):
     """One collective on ``mesh_dims`` (or a local step), from state ``before`` to ``after``.
 
     ``received``: the elements the busiest rank receives in this step (data steps; 0 for
@@ -122,8 +122,7 @@ class Step:
         return f"{self.kind.value} on {dims}"
 
 
-@dataclass(frozen=True, slots=True)
-class Plan:
+class Plan(NamedTuple):
     """A redistribution of a tensor of ``shape`` on ``mesh`` from ``src`` to ``dst``: the
     ranks hold ``start`` (the source's slots) and end holding ``final`` (the target's).
 
