@@ -83,7 +83,11 @@ def _modelled(spec: DTensorSpec) -> bool:
     if spec.use_strided_shard_as_shard_order:
         return True  # the order is read off the split factors, which it places alike
     # the default order applies each tensor dim's mesh dims left to right, as placements do
-    return all(list(e.mesh_dims) == sorted(e.mesh_dims) for e in spec.shard_order)
+    for entry in spec.shard_order:
+        dims = entry.mesh_dims
+        if len(dims) > 1 and list(dims) != sorted(dims):
+            return False
+    return True
 
 
 @functools.lru_cache(maxsize=256)

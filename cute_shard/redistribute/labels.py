@@ -85,6 +85,10 @@ def dim_runs(n: int, levels: tuple[tuple[int, int], ...]) -> tuple[Run, ...]:
     if not levels or not n:
         return ((0, n, ()),) if n else ()
     sizes, factors = zip(*levels)
+    if len(levels) == 1 and factors[0] == 1:  # one Shard: torch.chunk's pieces, in order
+        piece = -(-n // sizes[0])
+        starts = range(0, n, piece)
+        return tuple(zip(starts, [*starts[1:], n], zip(range(len(starts)))))
     if max(factors) == 1:
         # Shards only: every rank's positions are one interval, torch.chunk's piece of its
         # parent's, so the runs come out in order; with even pieces, in coordinate order.

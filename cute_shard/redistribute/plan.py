@@ -479,6 +479,14 @@ class _Builder:
                     each.append(senders)  # type: ignore[arg-type]
         if not each:
             return count - mine
+        if len(each) == 1:  # one dim's senders differ by rank: read them off in one pass
+            many, own = zip(*each[0])
+            counts = map(operator.mul, many, itertools.repeat(count))
+            selves = map(operator.and_, own, itertools.repeat(mine))
+            return max(
+                itertools.compress(map(operator.sub, counts, selves), _each(got, self.ranks)),
+                default=0,
+            )
         most = 0
         for n, *per_dim in zip(_each(got, self.ranks), *each, strict=True):
             if n:
