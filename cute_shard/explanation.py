@@ -53,13 +53,11 @@ from __future__ import annotations
 import math
 import operator
 import os
-import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, overload
 
 from . import ownership, rules
-from .layout import Layout
 from .notation import (
     Placements,
     PlacementSpec,
@@ -68,7 +66,20 @@ from .notation import (
     placements_str,
     to_notation,
 )
-from .ownership import Picture, grid_lines, picture, read_dtensor, row_strides
+from .ownership import Picture, picture, read_dtensor
+from .render import (
+    DTYPES,
+    Printed,
+    fmt_bytes,
+    grid_rows,
+    layout_json,
+    layout_rows,
+    parse_int,
+    parse_int_list,
+    parse_sizes,
+    row,
+    tuple_text,
+)
 
 if TYPE_CHECKING:
     from torch.distributed.tensor import DTensor
@@ -84,6 +95,7 @@ if TYPE_CHECKING:
 # multi-second import.
 
 __all__ = [
+    "DTYPES",
     "OPS",
     "STRICT_OPS",
     "Case",
@@ -107,21 +119,6 @@ __all__ = [
 # for an interactive command, and the oracle verdicts are reported as not checked.
 ORACLE_MAX_ELEMENTS = 1 << 20
 ORACLE_MAX_RANKS = 1024
-LABEL = 15  # width of the label column of the text output
-TEXT_WIDTH = 100
-
-# Bytes per element, by torch dtype name (torch-free, see above): every name ``str(dtype)``
-# gives for the numeric dtypes of every supported torch release (bcomplex32 is 2.14's), and the
-# common aliases (a test checks them against the installed torch).
-DTYPES: dict[str, int] = {
-    "float64": 8, "double": 8, "float32": 4, "float": 4, "float16": 2, "half": 2,
-    "bfloat16": 2, "float8_e4m3fn": 1, "float8_e4m3fnuz": 1, "float8_e5m2": 1,
-    "float8_e5m2fnuz": 1, "float8_e8m0fnu": 1, "float4_e2m1fn_x2": 1,
-    "complex128": 16, "cdouble": 16, "complex64": 8, "cfloat": 8, "complex32": 4, "chalf": 4,
-    "bcomplex32": 4,
-    "int64": 8, "long": 8, "int32": 4, "int": 4, "int16": 2, "short": 2, "int8": 1,
-    "uint64": 8, "uint32": 4, "uint16": 2, "uint8": 1, "bool": 1,
-}  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------
@@ -229,35 +226,6 @@ def _arg_text(arg: object) -> str:
     return str(arg)
 
 
-def parse_sizes(text: str, what: str, *, allow_minus_one: bool = False) -> tuple[int, ...]:
-    """``"8,16,32"`` (or ``"(8,16,32)"``) as ints; ValueError unless every size is >= 1.
-
-    ``allow_minus_one`` admits ``-1`` (a size torch infers).
-    """
-    sizes = _int_list(text, what)
-    for i, n in enumerate(sizes):
-        if n < 1 and not (allow_minus_one and n == -1):
-            raise ValueError(f"{what}: sizes must be >= 1, got {n} at position {i} of {text!r}")
-    return sizes
-
-
-def _int_list(text: str, what: str) -> tuple[int, ...]:
-    body = text.strip().strip("()[]").strip()
-    try:
-        return tuple(int(tok) for tok in body.split(",") if tok.strip())
-    except ValueError:
-        raise ValueError(
-            f"{what}: expected comma-separated integers such as 8,16,32, got {text!r}"
-        ) from None
-
-
-def _int(text: str, what: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise ValueError(f"{what}: expected an integer, got {text!r}") from None
-
-
 def parse_op_args(op: str, raw: Sequence[str]) -> tuple[OpArg, ...]:
     """The torch call's positional arguments for ``op`` from its CLI strings."""
     if op not in OPS:
@@ -274,8 +242,8 @@ def _op_arg(name: str, text: str, op: str) -> OpArg:
     if name in ("SHAPE", "SIZES"):
         return parse_sizes(text, what, allow_minus_one=True)
     if name in ("DIMS", "SOURCE", "DEST") and "," in text:
-        return _int_list(text, what)
-    return _int(text, what)
+        return parse_int_list(text, what)
+    return parse_int(text, what)
 
 
 def op_rule(op: str, shape: tuple[int, ...], args: tuple[OpArg, ...]) -> rules.Rule:
@@ -336,18 +304,6 @@ def rule_out_shape(rule: rules.Rule, shape: Sequence[int]) -> tuple[int, ...]:
 
 
 @dataclass(frozen=True, slots=True)
-class GpuMode:
-    """Mesh dim ``mesh_dim``'s gpu sub-mode in tensor dim ``tensor_dim``, with global strides."""
-
-    mesh_dim: int
-    tensor_dim: int
-    layout: Layout
-
-    def __str__(self) -> str:
-        return f"m{self.mesh_dim} = {self.layout} in d{self.tensor_dim}"
-
-
-@dataclass(frozen=True, slots=True)
 class Step:
     """One mesh dim's part of the redistribution plan (``cute_shard.redistribute``): the step
     that moves it and the bytes each rank receives in that step.
@@ -392,7 +348,7 @@ class TorchAnswer:
 
 
 @dataclass(frozen=True, slots=True, repr=False)
-class Explanation:
+class Explanation(Printed):
     """Everything ``explain`` computed; rendering reads it and computes nothing new.
 
     ``target`` and ``output`` are the non-strict answer (what ``reshape`` does). For a strict
@@ -412,15 +368,8 @@ class Explanation:
     ours: Verdict | None
     torch: TorchAnswer | None
 
-    def text(self, *, grid: bool = True) -> str:
-        """The text ``cute-shard explain`` prints (``grid=False``: as with ``--no-grid``)."""
-        return "\n".join(render_text(self, grid=grid))
-
-    def __str__(self) -> str:
-        return self.text()
-
-    # An explanation is read, not rebuilt: at a prompt, show the text rather than the fields.
-    __repr__ = __str__
+    def lines(self, *, grid: bool = True) -> list[str]:
+        return render_text(self, grid=grid)
 
     def to_json(self) -> dict[str, object]:
         """The object ``--json`` prints (``json.dumps(..., indent=2)`` gives the same text)."""
@@ -625,18 +574,6 @@ def _output_layout(case: Case, output: Sequence[Placement]) -> ShardedLayout | N
     return placements_to_layout(case.out_shape, output, case.mesh)
 
 
-def gpu_modes(sl: ShardedLayout) -> tuple[GpuMode, ...]:
-    """Each mesh dim's gpu sub-mode, with strides in elements of the global row-major tensor."""
-    out: list[GpuMode] = []
-    for d, (dim, row) in enumerate(zip(sl.dims, row_strides(sl.global_shape), strict=True)):
-        for m, leaves in dim.modes()[1].items():
-            shape = tuple(s for s, _ in leaves)
-            stride = tuple(t * row for _, t in leaves)
-            lay = Layout(shape[0], stride[0]) if len(leaves) == 1 else Layout(shape, stride)
-            out.append(GpuMode(m, d, lay))
-    return tuple(sorted(out, key=lambda g: g.mesh_dim))
-
-
 def communication(
     shape: tuple[int, ...],
     mesh: tuple[int, ...],
@@ -750,48 +687,23 @@ def _torch_rule(case: Case) -> DimMap:
 # Text
 
 
-def _tuple(xs: Sequence[int]) -> str:
-    return "(" + ",".join(str(x) for x in xs) + ")"
-
-
-def _row(label: str, value: str, indent: int = 0) -> list[str]:
-    """One aligned ``label  value`` line, wrapped under the value column."""
-    head = (" " * indent + label).ljust(LABEL - 1) + " "
-    return textwrap.wrap(
-        value,
-        TEXT_WIDTH,
-        initial_indent=head,
-        subsequent_indent=" " * LABEL,
-        break_on_hyphens=False,
-        break_long_words=False,
-    ) or [head.rstrip()]
-
-
-def fmt_bytes(n: int) -> str:
-    """``n`` bytes as ``768 B``, ``3 KiB``, ``1.5 MiB``."""
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return f"{n / scale:.4g} {unit}"
-    return f"{n} B"
-
-
 def render_text(ex: Explanation, *, grid: bool = True) -> list[str]:
     """The human-readable explanation, one list entry per line."""
     c = ex.case
     mode = "a strict view: raises if data must move" if c.strict else "redistributes what must move"
     lines = [
-        *_row("op", f"{_op_text(c)}: {_tuple(c.shape)} -> {_tuple(c.out_shape)}, {mode}"),
-        *_row("mesh", f"{_tuple(c.mesh)}, {math.prod(c.mesh)} ranks, {c.dtype}"),
-        *_row("rule", rules.format_rule(c.rule)),
+        *row("op", f"{_op_text(c)}: {tuple_text(c.shape)} -> {tuple_text(c.out_shape)}, {mode}"),
+        *row("mesh", f"{tuple_text(c.mesh)}, {math.prod(c.mesh)} ranks, {c.dtype}"),
+        *row("rule", rules.format_rule(c.rule)),
         *_layout_rows("input", c.placements, ex.input_layout),
-        *_row("input target", _target_text(ex)),
+        *row("input target", _target_text(ex)),
         *_layout_rows("output", ex.output, ex.output_layout),
         *_communication_rows(ex),
     ]
     if ex.strict_error is not None:
-        lines += _row("strict view", f"raises RedistributionRequired: {ex.strict_error}")
+        lines += row("strict view", f"raises RedistributionRequired: {ex.strict_error}")
     elif c.strict:
-        lines += _row("strict view", "allowed: no mesh dim has to move")
+        lines += row("strict view", "allowed: no mesh dim has to move")
     if ex.torch is not None:
         lines += _torch_rows(ex)
     if grid:
@@ -811,42 +723,30 @@ def _target_text(ex: Explanation) -> str:
 
 
 def _layout_rows(label: str, placements: Placements, sl: ShardedLayout | None) -> list[str]:
-    lines = _row(label, placements_str(placements))
-    if sl is None:
-        return lines + _row(
-            "layout",
-            "none: no layout expresses this sharding (e.g. uneven shards); the fallback decides",
-            2,
-        )
-    gpu = "   ".join(str(g) for g in gpu_modes(sl)) or "none"
-    lines += _row("layout", str(sl.to_layout()), 2) + _row("gpu modes", gpu, 2)
-    if sl.partial:
-        partial = ", ".join(f"m{m} {PlacementSpec.of(p)}" for m, p in sl.partial)
-        lines += _row("partial", f"{partial}: a pending reduction, not part of the layout", 2)
-    return lines
+    return layout_rows(label, placements, sl, "(e.g. uneven shards); the fallback decides")
 
 
 def _communication_rows(ex: Explanation) -> list[str]:
     if not ex.communication:
-        return _row("communication", "none: every rank views its own local tensor")
+        return row("communication", "none: every rank views its own local tensor")
     total = sum(s.bytes_per_rank for s in ex.communication)
     upto = "" if all(s.uniform for s in ex.communication) else "up to "
     n = sum(1 for s in ex.communication if s.op is not None)
-    lines = _row(
+    lines = row(
         "communication",
         f"{n} collective{'s' if n != 1 else ''}, {upto}{fmt_bytes(total)} received per rank "
         f"({ex.case.dtype}){', in this order' if len(ex.communication) > 1 else ''}",
     )
     for s in ex.communication:
         upto = "" if s.uniform else "up to "
-        lines += _row(
+        lines += row(
             f"m{s.mesh_dim}",
             f"{s.before} -> {s.after}: {s.collective} "
             f"over {s.group_size} ranks, {upto}{fmt_bytes(s.bytes_per_rank)} per rank",
             2,
         )
         if s.reason:
-            lines += _row("why", s.reason, 4)
+            lines += row("why", s.reason, 4)
     return lines
 
 
@@ -857,19 +757,19 @@ def _torch_rows(ex: Explanation) -> list[str]:
     label = f"torch {t.version}"
     if t.target is None or t.output is None:
         kind = "refuses" if str(t.error).startswith("RuntimeError") else "crashes"
-        lines = _row(label, f"{kind}: {t.error}")
+        lines = row(label, f"{kind}: {t.error}")
     else:
         pairs = zip(ex.case.placements, t.target, strict=True)
         moved = [m for m, (a, b) in enumerate(pairs) if a != b]
         comm = f"moves mesh dims {moved}" if moved else "no communication"
-        lines = _row(
+        lines = row(
             label,
             f"input target {placements_str(t.target)}, output {placements_str(t.output)} ({comm})",
         )
     if t.verdict is not None:
-        lines += _row("oracle", _verdict_text(t.verdict), 2)
+        lines += row("oracle", _verdict_text(t.verdict), 2)
     if ex.ours is not None:
-        lines += _row("ours, oracle", _verdict_text(ex.ours))
+        lines += row("ours, oracle", _verdict_text(ex.ours))
     return lines
 
 
@@ -877,25 +777,6 @@ def _verdict_text(v: Verdict) -> str:
     if v.valid is None:
         return v.detail
     return f"{'valid' if v.valid else 'INVALID'}: {v.detail}"
-
-
-def grid_rows(pictures: Sequence[Picture]) -> list[str]:
-    """The ``ranks`` rows: each picture's text grid under its title and legend."""
-    lines = _row(
-        "ranks",
-        "who holds each element: rows = leading dims flattened, cols = last dim; equal "
-        "neighbouring rows and columns are merged and labelled by their index range",
-    )
-    for pic in pictures:
-        if pic.rows is not None and pic.cols is not None and pic.sharded:
-            size = f"{len(pic.cols)} cols ({pic.col_dims})"
-            if pic.row_dims != "none":
-                size = f"{len(pic.rows)} rows ({pic.row_dims}) x {size}"
-            lines += ["", f"  {pic.title}: {size}", f"  {pic.legend}"]
-            lines += ["    " + x for x in grid_lines(pic)]
-        else:
-            lines += ["", f"  {pic.title}: {pic.note or pic.legend}"]
-    return lines
 
 
 # --------------------------------------------------------------------------------------------
@@ -917,10 +798,10 @@ def to_json(ex: Explanation) -> dict[str, object]:
         "dtype": c.dtype,
         "output_shape": list(c.out_shape),
         "rule": rules.format_rule(c.rule),
-        "input_layout": _layout_json(ex.input_layout),
+        "input_layout": layout_json(ex.input_layout),
         "input_target": _strs(ex.target),
         "output": _strs(ex.output),
-        "output_layout": _layout_json(ex.output_layout),
+        "output_layout": layout_json(ex.output_layout),
         "communication": [step_json(s) for s in ex.communication],
         "bytes_per_rank": sum(s.bytes_per_rank for s in ex.communication),
         "strict_error": ex.strict_error,
@@ -931,18 +812,6 @@ def to_json(ex: Explanation) -> dict[str, object]:
 
 def _strs(ps: Sequence[PlacementSpec] | None) -> list[str] | None:
     return None if ps is None else [str(p) for p in ps]
-
-
-def _layout_json(sl: ShardedLayout | None) -> dict[str, object] | None:
-    if sl is None:
-        return None
-    return {
-        "layout": str(sl.to_layout()),
-        "gpu_modes": [
-            {"mesh_dim": g.mesh_dim, "tensor_dim": g.tensor_dim, "layout": str(g.layout)}
-            for g in gpu_modes(sl)
-        ],
-    }
 
 
 def step_json(s: Step) -> dict[str, object]:
@@ -997,7 +866,8 @@ def write_png(ex: Explanation, path: str) -> None:
     """Draw the rank pictures side by side into a PNG (needs matplotlib); ValueError if
     ``path`` cannot be written."""
     c = ex.case
-    title = f"{_op_text(c)}: {_tuple(c.shape)} -> {_tuple(c.out_shape)} on mesh {_tuple(c.mesh)}"
+    shapes = f"{tuple_text(c.shape)} -> {tuple_text(c.out_shape)}"
+    title = f"{_op_text(c)}: {shapes} on mesh {tuple_text(c.mesh)}"
     try:
         ownership.write_png(ex.pictures, path, title)
     except OSError as e:

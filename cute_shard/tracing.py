@@ -87,10 +87,11 @@ from torch.distributed.tensor.placement_types import Placement
 
 from . import integration
 from .engine import Blocked, RedistributionRequired
-from .explanation import Step, communication, fmt_bytes, plan_moves, step_json
+from .explanation import Step, communication, plan_moves, step_json
 from .notation import Placements, PlacementSpec, placements_str
 from .redistribute import Kind, Move, Plan, physical_limit
 from .redistribute import dtensor as redistribution
+from .render import fmt_bytes
 
 __all__ = [
     "AskedBy",
@@ -447,7 +448,7 @@ _COLUMNS = (
 
 def render(records: Sequence[Record]) -> list[str]:
     """``print(log)``'s lines."""
-    rows = [_COLUMNS, *(_row(r) for r in records)]
+    rows = [_COLUMNS, *(row(r) for r in records)]
     meshes = {row[4] for row in rows[1:]}
     mesh = ""
     if len(meshes) == 1:  # one mesh for every record: said once, above the table
@@ -519,7 +520,7 @@ def _count(n: int, what: str) -> str:
     return f"{n} {what}{'' if n == 1 else 's'}"
 
 
-def _row(r: Record) -> tuple[str, ...]:
+def row(r: Record) -> tuple[str, ...]:
     if isinstance(r, RedistributionRecord):
         return (
             str(r.index),

@@ -70,7 +70,7 @@ def chunk(length: int, parts: int) -> list[tuple[int, int]]:
         return [(0, 0)] * parts
     size = -(-length // parts)
     starts = range(0, length, size)
-    pieces = list(zip(starts, [*starts[1:], length]))
+    pieces = list(zip(starts, [*starts[1:], length], strict=True))
     return pieces + [(length, length)] * (parts - len(pieces))
 
 
@@ -84,11 +84,11 @@ def dim_runs(n: int, levels: tuple[tuple[int, int], ...]) -> tuple[Run, ...]:
     """
     if not levels or not n:
         return ((0, n, ()),) if n else ()
-    sizes, factors = zip(*levels)
+    sizes, factors = zip(*levels, strict=True)
     if len(levels) == 1 and factors[0] == 1:  # one Shard: torch.chunk's pieces, in order
         piece = -(-n // sizes[0])
         starts = range(0, n, piece)
-        return tuple(zip(starts, [*starts[1:], n], zip(range(len(starts)))))
+        return tuple(zip(starts, [*starts[1:], n], zip(range(len(starts))), strict=True))
     if max(factors) == 1:
         # Shards only: every rank's positions are one interval, torch.chunk's piece of its
         # parent's, so the runs come out in order; with even pieces, in coordinate order.
@@ -96,7 +96,9 @@ def dim_runs(n: int, levels: tuple[tuple[int, int], ...]) -> tuple[Run, ...]:
         if n % parts == 0:
             step = n // parts
             ends = range(step, n + step, step)
-            return tuple(zip(range(0, n, step), ends, itertools.product(*map(range, sizes))))
+            return tuple(
+                zip(range(0, n, step), ends, itertools.product(*map(range, sizes)), strict=True)
+            )
         runs: list[Run] = [(0, n, ())]
         for size, _ in levels:
             runs = [
@@ -141,7 +143,7 @@ def _cut(
         elif b - a == piece:  # all of every piece: one range
             local.append([(0, span)])
         else:
-            local.append(list(zip(range(a, span, piece), range(b, span + 1, piece))))
+            local.append(list(zip(range(a, span, piece), range(b, span + 1, piece), strict=True)))
     if length > span:  # the tail piece
         for c, (a, b) in enumerate(chunk(length - span, size)):
             if b > a:
@@ -156,7 +158,7 @@ def _cut(
             return local
         shift = start.__add__
         return [
-            list(zip(map(shift, map(_START, ranges)), map(shift, map(_STOP, ranges))))
+            list(zip(map(shift, map(_START, ranges)), map(shift, map(_STOP, ranges)), strict=True))
             for ranges in local
         ]
     return [_positions(intervals, ranges) for ranges in local]
@@ -229,7 +231,7 @@ class DimLabels:
             if slots == self.slots:  # one pass over the segments
                 segments = self.segments
                 lengths = map(operator.sub, map(_STOP, segments), map(_START, segments))
-                out = dict(zip(map(_LABEL, segments), lengths))
+                out = dict(zip(map(_LABEL, segments), lengths, strict=True))
                 if len(out) < len(segments):  # labels that recur: sum their runs
                     out = {}
                     for key, group in itertools.groupby(sorted(segments, key=_LABEL), _LABEL):
@@ -242,7 +244,7 @@ class DimLabels:
                 if len(sizes) == 1:  # every combination equally long: count them
                     seen = collections.Counter(map(get, full))
                     unit = itertools.repeat(sizes.pop())
-                    out = dict(zip(seen, map(operator.mul, seen.values(), unit)))
+                    out = dict(zip(seen, map(operator.mul, seen.values(), unit), strict=True))
                 else:
                     for lab, n in full.items():
                         key = get(lab)
@@ -305,10 +307,12 @@ class DimLabels:
             at, src = getter(self.index(slots)), getter(self.index(sources))
             full = self.counts(self.slots)
             # the (labels at slots, labels at sources) that occur: per holder, its senders
-            pairs = set(zip(map(at, full), map(src, full)))
+            pairs = set(zip(map(at, full), map(src, full), strict=True))
             many = collections.Counter(map(_FIRST, pairs))
-            mine = map(pairs.__contains__, zip(ranks.keys(slots), ranks.keys(sources)))
-            each = list(zip(map(many.get, ranks.keys(slots), itertools.repeat(0)), mine))
+            mine = map(pairs.__contains__, zip(ranks.keys(slots), ranks.keys(sources), strict=True))
+            each = list(
+                zip(map(many.get, ranks.keys(slots), itertools.repeat(0)), mine, strict=True)
+            )
             memo = each[0] if each.count(each[0]) == len(each) else tuple(each)
             self._memo[key] = memo
         return memo  # type: ignore[return-value]
@@ -380,9 +384,14 @@ def dim_labels(
     cuts = sorted({*starts_a, *starts_b})
     in_a = map((-1).__add__, map(bisect.bisect_right, itertools.repeat(starts_a), cuts))
     in_b = map((-1).__add__, map(bisect.bisect_right, itertools.repeat(starts_b), cuts))
-    labels = list(map(operator.add, map(_LABEL, map(a.__getitem__, in_a)),
-                      map(_LABEL, map(b.__getitem__, in_b))))
-    segments = list(zip(cuts, [*cuts[1:], n], labels))
+    labels = list(
+        map(
+            operator.add,
+            map(_LABEL, map(a.__getitem__, in_a)),
+            map(_LABEL, map(b.__getitem__, in_b)),
+        )
+    )
+    segments = list(zip(cuts, [*cuts[1:], n], labels, strict=True))
     if any(map(operator.eq, labels, labels[1:])):  # a run's cut that changes no label
         merged: list[tuple[int, int, tuple[int, ...]]] = []
         for seg in segments:

@@ -480,7 +480,7 @@ class _Builder:
         if not each:
             return count - mine
         if len(each) == 1:  # one dim's senders differ by rank: read them off in one pass
-            many, own = zip(*each[0])
+            many, own = zip(*each[0], strict=True)
             counts = map(operator.mul, many, itertools.repeat(count))
             selves = map(operator.and_, own, itertools.repeat(mine))
             return max(

@@ -62,18 +62,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..explanation import (
-    DTYPES,
-    _layout_json,
-    _row,
-    _tuple,
-    fmt_bytes,
-    gpu_modes,
-    grid_rows,
-    parse_sizes,
-)
-from ..notation import Placements, PlacementSpec, parse_placements, placements_str
+from ..notation import Placements, parse_placements, placements_str
 from ..ownership import Picture, picture, rank_list
+from ..render import (
+    DTYPES,
+    Printed,
+    fmt_bytes,
+    grid_rows,
+    layout_json,
+    layout_rows,
+    parse_sizes,
+    row,
+    tuple_text,
+)
 from .plan import physical_limit, plan_redistribution, transfers
 from .types import Plan, Step
 
@@ -178,7 +179,7 @@ class StepReport:
 
 
 @dataclass(frozen=True, slots=True, repr=False)
-class RedistributionReport:
+class RedistributionReport(Printed):
     """Everything ``explain_redistribution`` computed; rendering reads it and computes
     nothing new. ``limit`` is ``physical_limit(plan)`` (elements). ``str`` (and ``repr``) is
     the text ``cute-shard redistribute`` prints and ``to_json()`` the object ``--json``
@@ -193,15 +194,8 @@ class RedistributionReport:
     pictures: tuple[Picture, ...]
     torch: TorchReference | None
 
-    def text(self, *, grid: bool = True) -> str:
-        """The text ``cute-shard redistribute`` prints (``grid=False``: with ``--no-grid``)."""
-        return "\n".join(render_text(self, grid=grid))
-
-    def __str__(self) -> str:
-        return self.text()
-
-    # A report is read, not rebuilt: at a prompt, show the text rather than the fields.
-    __repr__ = __str__
+    def lines(self, *, grid: bool = True) -> list[str]:
+        return render_text(self, grid=grid)
 
     def to_json(self) -> dict[str, object]:
         """The object ``--json`` prints (``json.dumps(..., indent=2)`` gives the same text)."""
@@ -275,9 +269,9 @@ def render_text(rep: RedistributionReport, *, grid: bool = True) -> list[str]:
     """The human-readable report, one list entry per line."""
     r = rep.request
     lines = [
-        *_row("redistribute", f"{_tuple(r.shape)} from {placements_str(r.src)} to "
+        *row("redistribute", f"{tuple_text(r.shape)} from {placements_str(r.src)} to "
               f"{placements_str(r.dst)}"),
-        *_row("mesh", f"{_tuple(r.mesh)}, {math.prod(r.mesh)} ranks, {r.dtype}"),
+        *row("mesh", f"{tuple_text(r.mesh)}, {math.prod(r.mesh)} ranks, {r.dtype}"),
         *_layout_rows("from", r.src, rep.src_layout),
         *_layout_rows("to", r.dst, rep.dst_layout),
         *_move_rows(rep.plan),
@@ -292,20 +286,9 @@ def render_text(rep: RedistributionReport, *, grid: bool = True) -> list[str]:
 
 
 def _layout_rows(label: str, placements: Placements, sl: ShardedLayout | None) -> list[str]:
-    lines = _row(label, placements_str(placements))
-    if sl is None:
-        return lines + _row(
-            "layout",
-            "none: no layout expresses this sharding (uneven shards); the planner reads its "
-            "runs of owners instead",
-            2,
-        )
-    gpu = "   ".join(str(g) for g in gpu_modes(sl)) or "none"
-    lines += _row("layout", str(sl.to_layout()), 2) + _row("gpu modes", gpu, 2)
-    if sl.partial:
-        partial = ", ".join(f"m{m} {PlacementSpec.of(p)}" for m, p in sl.partial)
-        lines += _row("partial", f"{partial}: a pending reduction, not part of the layout", 2)
-    return lines
+    return layout_rows(
+        label, placements, sl, "(uneven shards); the planner reads its runs of owners instead"
+    )
 
 
 def _dims(mesh_dims: Sequence[int]) -> str:
@@ -314,7 +297,7 @@ def _dims(mesh_dims: Sequence[int]) -> str:
 
 def _move_rows(plan: Plan) -> list[str]:
     if not plan.moves:
-        return _row("moves", "none: every mesh dim keeps its sub-mode, so nothing moves")
+        return row("moves", "none: every mesh dim keeps its sub-mode, so nothing moves")
     moving = [m.mesh_dim for m in plan.moves]
     kept = [m for m in range(len(plan.mesh)) if m not in moving]
     verb = "moves" if len(moving) == 1 else "move"
@@ -322,26 +305,26 @@ def _move_rows(plan: Plan) -> list[str]:
     if kept:
         keeps = "keeps its sub-mode" if len(kept) == 1 else "keep their sub-modes"
         head += f"; {', '.join(f'm{m}' for m in kept)} {keeps}"
-    lines = _row("moves", head)
+    lines = row("moves", head)
     for move in plan.moves:
-        lines += _row(f"m{move.mesh_dim}", f"{move.src} -> {move.dst}: {move.kind.value}", 2)
-        lines += _row("why", move.reason, 4)
+        lines += row(f"m{move.mesh_dim}", f"{move.src} -> {move.dst}: {move.kind.value}", 2)
+        lines += row("why", move.reason, 4)
     return lines
 
 
 def _plan_rows(rep: RedistributionReport) -> list[str]:
     plan, itemsize = rep.plan, DTYPES[rep.request.dtype]
     if not plan.steps:
-        return _row("plan", "nothing to do: every rank already holds its target shard")
+        return row("plan", "nothing to do: every rank already holds its target shard")
     n = len(plan.steps)
     colls = sum(1 for s in plan.steps if s.collective is not None)
-    lines = _row(
+    lines = row(
         "plan",
         f"{n} step{'s' if n != 1 else ''}, {colls} collective{'s' if colls != 1 else ''}"
         + (", in this order" if n > 1 else ""),
     )
     if plan.split:
-        lines += _row(
+        lines += row(
             "split", "no collective over several mesh dims: they exchange one at a time", 2
         )
     for i, sr in enumerate(rep.steps, 1):
@@ -356,16 +339,16 @@ def _step_rows(i: int, sr: StepReport, r: Request, itemsize: int) -> list[str]:
         head = f"{kind} on {_dims(s.mesh_dims)}: local, nothing is sent"
     else:
         head = f"{kind} over {_dims(s.mesh_dims)} ({sr.group_size} ranks): {s.collective}"
-    lines = _row(f"step {i}", head, 2) + _row("local", _shapes_text(sr.shapes), 4)
+    lines = row(f"step {i}", head, 2) + row("local", _shapes_text(sr.shapes), 4)
     upto = "" if s.uniform else "up to "
     if s.kind.reduces:
-        lines += _row(
+        lines += row(
             "reduces", f"{upto}{fmt_bytes(s.reduced * itemsize)} per rank, handed to the "
             f"{s.reduce_op}", 4
         )  # fmt: skip
     elif s.collective is not None:
         peers = f"{sr.peers} peer{'s' if sr.peers != 1 else ''}"
-        lines += _row(
+        lines += row(
             "receives", f"{upto}{fmt_bytes(s.received * itemsize)} per rank, from "
             f"{'up to ' if not s.uniform and sr.peers > 1 else ''}{peers}", 4
         )  # fmt: skip
@@ -376,17 +359,17 @@ def _step_rows(i: int, sr: StepReport, r: Request, itemsize: int) -> list[str]:
 def _shapes_text(groups: Sequence[ShapeGroup]) -> str:
     if len(groups) == 1:
         g = groups[0]
-        return f"{_tuple(g.before)} -> {_tuple(g.after)} on every rank"
+        return f"{tuple_text(g.before)} -> {tuple_text(g.after)} on every rank"
     if len(groups) <= SHAPE_GROUPS:
         return "; ".join(
-            f"{_ranks(g.ranks)} {_tuple(g.before)} -> {_tuple(g.after)}" for g in groups
+            f"{_ranks(g.ranks)} {tuple_text(g.before)} -> {tuple_text(g.after)}" for g in groups
         )
     most_before = tuple(max(n) for n in zip(*(g.before for g in groups), strict=True))
     most_after = tuple(max(n) for n in zip(*(g.after for g in groups), strict=True))
     first = next(g for g in groups if 0 in g.ranks)
     return (
-        f"at most {_tuple(most_before)} -> {_tuple(most_after)} (per dim, over ranks); "
-        f"rank 0 {_tuple(first.before)} -> {_tuple(first.after)}"
+        f"at most {tuple_text(most_before)} -> {tuple_text(most_after)} (per dim, over ranks); "
+        f"rank 0 {tuple_text(first.before)} -> {tuple_text(first.after)}"
     )
 
 
@@ -396,7 +379,7 @@ def _ranks(ranks: Sequence[int]) -> str:
 
 def _transfer_rows(sr: StepReport, r: Request, itemsize: int) -> list[str]:
     if sr.transfers is None:
-        return _row(
+        return row(
             "transfers",
             f"not listed: {math.prod(r.mesh)} ranks (listed up to {TRANSFERS_MAX_RANKS})",
             4,
@@ -405,9 +388,9 @@ def _transfer_rows(sr: StepReport, r: Request, itemsize: int) -> list[str]:
     if len(lines) > TRANSFER_LINES:
         half = TRANSFER_LINES // 2
         lines = [*lines[:half], f"⋮ {len(lines) - 2 * half} more receivers", *lines[-half:]]
-    out = _row("transfers", lines[0], 4) if lines else _row("transfers", "none", 4)
+    out = row("transfers", lines[0], 4) if lines else row("transfers", "none", 4)
     for text in lines[1:]:
-        out += _row("", text, 4)
+        out += row("", text, 4)
     return out
 
 
@@ -444,17 +427,17 @@ def _ratio_text(received: int, limit: int) -> str:
 
 def _limit_rows(rep: RedistributionReport) -> list[str]:
     plan, itemsize = rep.plan, DTYPES[rep.request.dtype]
-    lines = _row(
+    lines = row(
         "received",
         f"{fmt_bytes(plan.received * itemsize)} by the busiest rank ({rep.request.dtype})",
     )
     if plan.reduced:
-        lines += _row("reduced", f"{fmt_bytes(plan.reduced * itemsize)} handed to reductions")
+        lines += row("reduced", f"{fmt_bytes(plan.reduced * itemsize)} handed to reductions")
     if not rep.limit:
-        return lines + _row(
+        return lines + row(
             "limit", "0 B: every rank already holds its target shard (Partial counted as held)"
         )
-    return lines + _row(
+    return lines + row(
         "limit",
         f"{fmt_bytes(rep.limit * itemsize)}, the most of its target shard a rank lacks: "
         f"received / limit = {_ratio_text(plan.received, rep.limit)}",
@@ -465,43 +448,43 @@ def _torch_rows(rep: RedistributionReport, t: TorchReference) -> list[str]:
     itemsize = DTYPES[rep.request.dtype]
     label = f"torch {t.version}"
     if t.steps is None:
-        return _row(label, f"its planner raises {t.error}" if t.error else f"{t.skipped}")
+        return row(label, f"its planner raises {t.error}" if t.error else f"{t.skipped}")
     plan = ", ".join(str(s) for s in t.steps) or "nothing to do"
-    lines = _row(label, f"plan: {plan} (its transform infos, as it reads the specs)")
+    lines = row(label, f"plan: {plan} (its transform infos, as it reads the specs)")
     if t.skipped is not None:
-        return lines + _row("run", t.skipped, 2)
+        return lines + row("run", t.skipped, 2)
     if t.error is not None:
-        return lines + _row("result", f"raises {t.error}", 2)
+        return lines + row("result", f"raises {t.error}", 2)
     colls = [
         f"{c.op} over {c.group_size} ranks: "
         + (f"reduces {fmt_bytes(c.reduced * itemsize)}" if c.reduced else
            f"receives {fmt_bytes(c.received * itemsize)}")
         for c in t.collectives
     ] or ["none"]  # fmt: skip
-    lines += _row("collectives", colls[0], 2)
+    lines += row("collectives", colls[0], 2)
     for text in colls[1:]:
-        lines += _row("", text, 2)
+        lines += row("", text, 2)
     if t.unmeasured:
-        lines += _row("unmeasured", ", ".join(t.unmeasured) + ": not counted below", 2)
+        lines += row("unmeasured", ", ".join(t.unmeasured) + ": not counted below", 2)
     received = t.received or 0
-    lines += _row(
+    lines += row(
         "received",
         f"{fmt_bytes(received * itemsize)} by the busiest rank: "
         f"{_ratio_text(received, rep.limit)} the limit",
         2,
     )
     if t.reduced:
-        lines += _row("reduced", f"{fmt_bytes(t.reduced * itemsize)} handed to reductions", 2)
+        lines += row("reduced", f"{fmt_bytes(t.reduced * itemsize)} handed to reductions", 2)
     ranks = math.prod(rep.request.mesh)
     if t.wrong_ranks:
-        lines += _row(
+        lines += row(
             "result",
             f"WRONG on ranks {list(t.wrong_ranks)}: their local tensors are not the target's "
             "shards, and no error is raised",
             2,
         )
     else:
-        lines += _row("result", f"right on all {ranks} ranks", 2)
+        lines += row("result", f"right on all {ranks} ranks", 2)
     return lines
 
 
@@ -521,8 +504,8 @@ def to_json(rep: RedistributionReport) -> dict[str, object]:
         "from": [str(p) for p in r.src],
         "to": [str(p) for p in r.dst],
         "dtype": r.dtype,
-        "from_layout": _layout_json(rep.src_layout),
-        "to_layout": _layout_json(rep.dst_layout),
+        "from_layout": layout_json(rep.src_layout),
+        "to_layout": layout_json(rep.dst_layout),
         "moves": [
             {
                 "mesh_dim": m.mesh_dim,

@@ -59,8 +59,10 @@ class Move(NamedTuple):
     def reason(self) -> str:
         m, s, t = self.mesh_dim, self.src, self.dst
         if s.shards and t.shards:
-            where = f"changes position within d{s.dim}" if s.dim == t.dim else (
-                f"moves from d{s.dim} to d{t.dim}"
+            where = (
+                f"changes position within d{s.dim}"
+                if s.dim == t.dim
+                else (f"moves from d{s.dim} to d{t.dim}")
             )
             text = f"m{m}'s sub-mode {where}"
             if self.together:
@@ -71,7 +73,9 @@ class Move(NamedTuple):
             return text + f", then a pending {t.reduce_op}" if t.kind == "P" else text
         if s.kind == "R":
             if t.shards:
-                return f"every rank already holds its part of d{t.dim} along m{m}: it keeps that part"
+                return (
+                    f"every rank already holds its part of d{t.dim} along m{m}: it keeps that part"
+                )
             return f"the value becomes a pending {t.reduce_op}"
         if t.shards:
             return f"the pending {s.reduce_op} is reduced and each rank keeps its part of d{t.dim}"
