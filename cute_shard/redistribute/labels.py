@@ -168,6 +168,19 @@ def _positions(
     intervals: list[tuple[int, int]], ranges: list[tuple[int, int]]
 ) -> list[tuple[int, int]]:
     """The positions at local ranges ``ranges`` of a rank holding ``intervals``, in order."""
+    if len(ranges) > 3:  # many ranges: find each one's interval in one C-level pass
+        # where each interval starts in the local index, and the interval each range starts in
+        lengths = map(operator.sub, map(_STOP, intervals), map(_START, intervals))
+        offsets = [0, *itertools.accumulate(lengths)]
+        los, his = list(map(_START, ranges)), list(map(_STOP, ranges))
+        at = list(map((-1).__add__, map(bisect.bisect_right, itertools.repeat(offsets), los)))
+        if all(map(operator.le, his, map(offsets.__getitem__, map((1).__add__, at)))):
+            # every range inside one interval (a fine cut of a coarse one): shift each by
+            # its interval's offset
+            starts = map(_START, map(intervals.__getitem__, at))
+            shift = list(map(operator.sub, starts, map(offsets.__getitem__, at)))
+            moved = map(operator.add, los, shift), map(operator.add, his, shift)
+            return list(zip(*moved, strict=True))
     out: list[tuple[int, int]] = []
     i, seen = 0, 0  # the interval holding local index ``seen``
     for lo, hi in ranges:
