@@ -448,7 +448,7 @@ _COLUMNS = (
 
 def render(records: Sequence[Record]) -> list[str]:
     """``print(log)``'s lines."""
-    rows = [_COLUMNS, *(row(r) for r in records)]
+    rows = [_COLUMNS, *(_row(r) for r in records)]
     meshes = {row[4] for row in rows[1:]}
     mesh = ""
     if len(meshes) == 1:  # one mesh for every record: said once, above the table
@@ -520,7 +520,7 @@ def _count(n: int, what: str) -> str:
     return f"{n} {what}{'' if n == 1 else 's'}"
 
 
-def row(r: Record) -> tuple[str, ...]:
+def _row(r: Record) -> tuple[str, ...]:
     if isinstance(r, RedistributionRecord):
         return (
             str(r.index),
