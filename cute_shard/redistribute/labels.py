@@ -340,19 +340,14 @@ class DimLabels:
 
 @dataclass(frozen=True, slots=True)
 class Ranks:
-    """Every coordinate of a mesh, in row-major (global rank) order, with each mesh dim's
-    column of coordinates."""
+    """Every coordinate of a mesh, in row-major (global rank) order."""
 
     mesh: tuple[int, ...]
     coords: tuple[tuple[int, ...], ...]
-    columns: tuple[tuple[int, ...], ...]
     # each slot tuple's coordinate reader (a per-mesh table: one entry per slot tuple)
     _readers: dict[tuple[Slot, ...], Callable[[tuple[int, ...]], tuple[int, ...]]] = field(
         default_factory=dict, compare=False, repr=False
     )
-
-    def column(self, m: int) -> tuple[int, ...]:
-        return self.columns[m]
 
     def keys(self, slots: tuple[Slot, ...]) -> Iterator[tuple[int, ...]]:
         """Each rank's coordinates on the mesh dims of ``slots``, in rank order: the labels
@@ -365,9 +360,7 @@ class Ranks:
 
 @functools.lru_cache(maxsize=256)
 def mesh_ranks(mesh: tuple[int, ...]) -> Ranks:
-    coords = tuple(itertools.product(*(range(size) for size in mesh)))
-    columns = tuple(zip(*coords, strict=True)) if coords else tuple(() for _ in mesh)
-    return Ranks(mesh, coords, columns)
+    return Ranks(mesh, tuple(itertools.product(*(range(size) for size in mesh))))
 
 
 @functools.lru_cache(maxsize=4096)
