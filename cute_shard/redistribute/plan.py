@@ -39,7 +39,7 @@ from __future__ import annotations
 import functools
 import itertools
 import operator
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from ..notation import REDUCE_OPS, PlacementSpec
 from .labels import DST, SRC, DimLabels, Ranks, dim_labels, mesh_ranks
@@ -128,47 +128,39 @@ def check_placements(
             f"{what} placements: got {len(ps)} for a mesh of {len(mesh)} dims {mesh}; give "
             "exactly one placement per mesh dim"
         )
-    for p in ps:  # the common case: already canonical, checked in one pass
-        kind = p.kind
-        if kind == "S":
-            if 0 <= p.dim < ndim and p.split_factor == 1:
-                continue
-        elif kind == "SS":
-            sf = p.split_factor
-            if 0 <= p.dim < ndim and type(sf) is int and sf > 1:
-                continue
-        elif kind == "R" or (kind == "P" and p.reduce_op in REDUCE_OPS):
-            continue
-        break
-    else:
-        return tuple(ps)
     out: list[PlacementSpec] = []
     for m, p in enumerate(ps):
-        if p.kind in ("S", "SS"):
-            if not -ndim <= p.dim < ndim:
+        kind = p.kind
+        if kind == "R":
+            out.append(p)
+        elif kind == "S" or kind == "SS":
+            dim, sf = p.dim, p.split_factor
+            if not -ndim <= dim < ndim:
                 raise ValueError(
-                    f"{what} placement {p} on mesh dim {m} shards tensor dim {p.dim}, which a "
+                    f"{what} placement {p} on mesh dim {m} shards tensor dim {dim}, which a "
                     f"tensor of {ndim} dims does not have (expected {-ndim} <= dim < {ndim})"
                 )
-            sf = p.split_factor
             if type(sf) is not int or sf < 1:
                 raise ValueError(
                     f"{what} placement {p} on mesh dim {m}: a _StridedShard's split factor "
                     f"chunks the dim into that many pieces, so it must be an int >= 1, got {sf!r}"
                 )
-            kind = "S" if p.kind == "S" or sf == 1 else "SS"
-            out.append(PlacementSpec(kind, p.dim % ndim, sf if kind == "SS" else 1))
-        elif p.kind == "P":
+            strided = kind == "SS" and sf > 1
+            if dim >= 0 and (strided or (kind == "S" and sf == 1)):
+                out.append(p)  # already canonical
+            else:
+                out.append(
+                    PlacementSpec("SS" if strided else "S", dim % ndim, sf if strided else 1)
+                )
+        elif kind == "P":
             if p.reduce_op not in REDUCE_OPS:
                 raise ValueError(
                     f"{what} placement {p} on mesh dim {m}: unknown reduce op "
                     f"{p.reduce_op!r}; expected one of {', '.join(REDUCE_OPS)}"
                 )
             out.append(p)
-        elif p.kind == "R":
-            out.append(p)
         else:
-            raise ValueError(f"{what} placement {p!r} on mesh dim {m}: unknown kind {p.kind!r}")
+            raise ValueError(f"{what} placement {p!r} on mesh dim {m}: unknown kind {kind!r}")
     return tuple(out)
 
 
@@ -466,36 +458,22 @@ class _Builder:
         owners among the positions it needs, less itself."""
         if not _most(got):
             return 0
-        count, mine = 1, True  # the factors every rank shares
-        each: list[tuple[tuple[int, bool], ...]] = []
+        # per rank, the product of each dim's sender counts and whether every dim's senders
+        # include the rank itself (a dim whose senders are the same on every rank: one pair)
+        counts: Iterator[int] = itertools.repeat(1)
+        selves: Iterator[bool] = itertools.repeat(True)
         for d, slots in zip(self.dims, after, strict=True):
             sources = tuple([s for s in d.source if s[1] in mesh_dims])
             if sources:
                 senders = d.senders(slots, sources, self.ranks)
                 if type(senders[0]) is int:
-                    count *= senders[0]
-                    mine = mine and senders[1]
+                    many, own = itertools.repeat(senders[0]), itertools.repeat(senders[1])
                 else:
-                    each.append(senders)  # type: ignore[arg-type]
-        if not each:
-            return count - mine
-        if len(each) == 1:  # one dim's senders differ by rank: read them off in one pass
-            many, own = zip(*each[0], strict=True)
-            counts = map(operator.mul, many, itertools.repeat(count))
-            selves = map(operator.and_, own, itertools.repeat(mine))
-            return max(
-                itertools.compress(map(operator.sub, counts, selves), _each(got, self.ranks)),
-                default=0,
-            )
-        most = 0
-        for n, *per_dim in zip(_each(got, self.ranks), *each, strict=True):
-            if n:
-                c, o = count, mine
-                for many, own in per_dim:
-                    c *= many
-                    o = o and own
-                most = max(most, c - o)
-        return most
+                    many, own = zip(*senders, strict=True)  # type: ignore[assignment]
+                counts = map(operator.mul, counts, many)
+                selves = map(operator.and_, selves, own)
+        peers = map(operator.sub, counts, selves)
+        return max(itertools.compress(peers, _each(got, self.ranks)), default=0)
 
     def exchange_one_by_one(self, mesh_dims: list[int]) -> None:
         """Without a collective over several mesh dims, replace one constraint at a time, in
