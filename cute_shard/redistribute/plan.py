@@ -81,7 +81,6 @@ _PARTITIONABLE = ("sum", "avg", "max", "min")
 
 
 _KIND = operator.attrgetter("kind")
-_INT = frozenset({int})
 
 
 def _check_partials(src: tuple[PlacementSpec, ...], dst: tuple[PlacementSpec, ...]) -> None:
@@ -98,8 +97,6 @@ def _check_partials(src: tuple[PlacementSpec, ...], dst: tuple[PlacementSpec, ..
 
 def _shape(shape: Sequence[int]) -> tuple[int, ...]:
     out = tuple(shape)
-    if set(map(type, out)) <= _INT and min(out, default=0) >= 0:
-        return out
     for d, n in enumerate(out):
         if type(n) is not int or n < 0:
             raise ValueError(f"global shape {out}: dim {d} has size {n!r}; sizes must be ints >= 0")
@@ -110,8 +107,6 @@ def _mesh(mesh: Sequence[int]) -> tuple[int, ...]:
     out = tuple(mesh)
     if not out:
         raise ValueError("the mesh has no dims: give at least one mesh size")
-    if set(map(type, out)) <= _INT and min(out) >= 1:
-        return out
     for m, size in enumerate(out):
         if type(size) is not int or size < 1:
             raise ValueError(f"mesh {out}: mesh dim {m} has size {size!r}; sizes must be ints >= 1")
