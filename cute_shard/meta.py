@@ -30,13 +30,14 @@ Worked example: a (2, 4, 3) tensor with strides (3, 6, 1) (dims 0 and 1 of a con
 (size 4, stride 6) into (2, 2) with strides (12, 6): strides (3, 12, 6, 1).
 
 Also here: ``local_size``, the size a tensor dim has on one rank after the mesh dims that
-shard it, with DTensor's chunking rules (torch.chunk sizes; a ``_StridedShard`` chunks each
-of its ``split_factor`` pieces).
+shard it, each mesh dim's cut read from the chunk model (``cute_shard.chunks``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+
+from .chunks import chunk_len
 
 Shape = tuple[int, ...]
 Meta = tuple[Shape, Shape]  # (shape, stride)
@@ -335,11 +336,8 @@ def repeat(shape: Shape, stride: Shape, repeats: Sequence[int]) -> Meta | None:
 def local_size(size: int, shards: Sequence[tuple[int, int, int]]) -> int:
     """The size a tensor dim of global ``size`` has on one rank, after the mesh dims that
     shard it, left to right: ``shards`` holds one (mesh dim size, the rank's coordinate on
-    it, split factor) per such mesh dim (split factor 1 for a ``Shard``).
-
-    A Shard over m ranks cuts the dim into chunks of ceil(n / m) (torch.chunk; the last may
-    be short, later ones empty); a ``_StridedShard`` first cuts it into ``split_factor``
-    such pieces and the rank keeps its chunk of each piece.
+    it, split factor) per such mesh dim (split factor 1 for a ``Shard``). Each mesh dim cuts
+    what the ones before it left, as :func:`cute_shard.chunks.chunk_len` says.
 
     >>> local_size(10, [(4, 3, 1)])  # chunks 3, 3, 3, 1
     1
@@ -347,18 +345,5 @@ def local_size(size: int, shards: Sequence[tuple[int, int, int]]) -> int:
     2
     """
     for mesh_size, coord, split_factor in shards:
-        if split_factor == 1:
-            size = _chunk(size, mesh_size, coord)
-            continue
-        piece = -(-size // split_factor)
-        total = 0
-        for j in range(split_factor):
-            piece_size = max(0, min(piece * (j + 1), size) - piece * j)
-            total += _chunk(piece_size, mesh_size, coord)
-        size = total
+        size = chunk_len(size, split_factor, mesh_size, coord)
     return size
-
-
-def _chunk(size: int, chunks: int, index: int) -> int:
-    full = -(-size // chunks)
-    return max(0, min(full * (index + 1), size) - full * index)
