@@ -53,7 +53,7 @@ from __future__ import annotations
 import math
 import operator
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, overload
 
@@ -246,29 +246,22 @@ def _op_arg(name: str, text: str, op: str) -> OpArg:
     return parse_int(text, what)
 
 
+# The OPS arguments that may be a list; ``op_rule`` hands the others to the builders as one int.
+_LIST_ARGS = frozenset({"SHAPE", "SIZES", "DIMS", "SOURCE", "DEST"})
+
+
 def op_rule(op: str, shape: tuple[int, ...], args: tuple[OpArg, ...]) -> rules.Rule:
-    """The rule DTensor propagates for ``op``, built with ``cute_shard.rules``.
+    """The rule DTensor propagates for ``op``, from ``cute_shard.rules.OP_RULES``.
 
     flatten and unflatten are CompositeImplicit: DTensor sees the view they decompose to, so
     their rule is that view's. Bad arguments raise the builders' ValueError.
     """
-    s, a, n = shape, args, len(shape)
-    builders: dict[str, Callable[[], rules.Rule]] = {
-        "view": lambda: rules.view_groups(s, a[0]),
-        "reshape": lambda: rules.view_groups(s, a[0]),
-        "flatten": lambda: rules.view_groups(
-            s, rule_out_shape(rules.flatten(n, *(_one(x) for x in a)), s)
-        ),
-        "unflatten": lambda: rules.unflatten(s, _one(a[0]), a[1]),
-        "permute": lambda: rules.permute(n, a[0]),
-        "transpose": lambda: rules.transpose(n, _one(a[0]), _one(a[1])),
-        "squeeze": lambda: rules.squeeze(s, *a),
-        "unsqueeze": lambda: rules.unsqueeze(n, _one(a[0])),
-        "expand": lambda: rules.expand(s, a[0]),
-        "movedim": lambda: rules.movedim(n, *a),
-        "repeat": lambda: rules.repeat(n, a[0]),
-    }
-    return builders[op]()
+    names = OPS[op][0]
+    a = tuple(x if name in _LIST_ARGS else _one(x) for name, x in zip(names, args, strict=False))
+    rule = rules.OP_RULES[op](shape, *a)
+    if op == "flatten":
+        return rules.view_groups(shape, rule_out_shape(rule, shape))
+    return rule
 
 
 def _one(arg: OpArg) -> int:

@@ -136,36 +136,32 @@ def _t_dim_map(first: Any) -> Any:
     return _view_ops.dim_maps[torch.transpose](first, *_t_dims(first.ndim))
 
 
-def _one_shape(sizes: tuple[Any, ...]) -> Any:
-    # aten passes a shape as one list; Tensor.view-style callers may pass sizes unpacked.
-    return sizes[0] if len(sizes) == 1 and isinstance(sizes[0], Sequence) else sizes
+# The name in ``cute_shard.rules.OP_RULES`` of each local op torch keys its ``dim_maps`` by.
+_OP_NAMES: dict[Callable[..., Any], str] = {
+    torch.Tensor.view: "view",
+    torch.reshape: "reshape",
+    torch.squeeze: "squeeze",
+    torch.unsqueeze: "unsqueeze",
+    torch.Tensor.expand: "expand",
+    torch.permute: "permute",
+    torch.Tensor.repeat: "repeat",
+    torch.transpose: "transpose",
+    torch.t: "t",
+    torch.view_as_real: "view_as_real",
+    torch.view_as_complex: "view_as_complex",
+    torch.flatten: "flatten",
+    torch.ravel: "ravel",
+    torch.movedim: "movedim",
+    torch.tile: "tile",
+    torch.atleast_1d: "atleast_1d",
+    torch.atleast_2d: "atleast_2d",
+    torch.atleast_3d: "atleast_3d",
+}
 
-
-# cute_shard's builder for each local op torch keys its ``dim_maps`` by. The first argument is
-# the input's global shape (a tuple), the rest are the aten op's arguments.
+# cute_shard's builder for each of those local ops, looked up once here: called with the
+# input's global shape (a tuple), then the aten op's arguments.
 BUILDERS: dict[Callable[..., Any], RuleBuilder] = {
-    torch.Tensor.view: lambda shape, *size: rules.view_groups(shape, _one_shape(size)),
-    torch.reshape: lambda shape, new_shape: rules.view_groups(shape, new_shape),
-    torch.squeeze: lambda shape, dim=None: rules.squeeze(shape, dim),
-    torch.unsqueeze: lambda shape, dim: rules.unsqueeze(len(shape), dim),
-    torch.Tensor.expand: lambda shape, *size, implicit=False: rules.expand(shape, _one_shape(size)),
-    torch.permute: lambda shape, dims: rules.permute(len(shape), dims),
-    torch.Tensor.repeat: lambda shape, *sizes: rules.repeat(len(shape), _one_shape(sizes)),
-    torch.transpose: lambda shape, dim0, dim1: rules.transpose(len(shape), dim0, dim1),
-    torch.t: lambda shape: rules.transpose(len(shape), *_t_dims(len(shape))),
-    torch.view_as_real: lambda shape: rules.view_as_real(shape),
-    torch.view_as_complex: lambda shape: rules.view_as_complex(shape),
-    torch.flatten: lambda shape, start_dim=0, end_dim=-1: rules.flatten(
-        len(shape), start_dim, end_dim
-    ),
-    torch.ravel: lambda shape: rules.ravel(len(shape)),
-    torch.movedim: lambda shape, source, destination: rules.movedim(
-        len(shape), source, destination
-    ),
-    torch.tile: lambda shape, dims: rules.tile(len(shape), dims),
-    torch.atleast_1d: lambda shape: rules.atleast_1d(len(shape)),
-    torch.atleast_2d: lambda shape: rules.atleast_2d(len(shape)),
-    torch.atleast_3d: lambda shape: rules.atleast_3d(len(shape)),
+    local: rules.OP_RULES[name] for local, name in _OP_NAMES.items()
 }
 
 # Complex numbers have no order: a pending max/min of (real, imag) pairs is not a pending
@@ -745,7 +741,7 @@ def _view_rule(shape: tuple[Any, ...], out_shape: tuple[Any, ...]) -> Sequence[o
 
 
 def _reshaped(shape: tuple[Any, ...], *new_shape: Any) -> tuple[Any, ...]:
-    return tuple(_one_shape(new_shape))
+    return tuple(rules.shape_arg(new_shape))
 
 
 def _reshaped_as(shape: tuple[Any, ...], other: torch.Tensor) -> tuple[Any, ...]:

@@ -106,6 +106,7 @@ from .builders import (
     view_as_real,
     view_groups,
 )
+from .ops import OP_RULES, shape_arg
 from .specs import (
     Broadcast,
     ComplexRule,
@@ -126,6 +127,7 @@ from .specs import (
 )
 
 __all__ = [
+    "OP_RULES",
     "Broadcast",
     "ComplexRule",
     "DimSpec",
@@ -155,6 +157,7 @@ __all__ = [
     "permute",
     "ravel",
     "repeat",
+    "shape_arg",
     "squeeze",
     "t",
     "tile",
