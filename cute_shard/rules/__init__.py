@@ -83,7 +83,7 @@ builder raises AssertionError/IndexError/RuntimeError on bad arguments, ours
 raises ``ValueError``.
 """
 
-from ._sym import Size, UndecidableRule
+from ._sym import AskedSizes, CodedSizes, IntSizes, Size, SizeComparator, UndecidableRule
 from .builders import (
     atleast_1d,
     atleast_2d,
@@ -128,16 +128,20 @@ from .specs import (
 
 __all__ = [
     "OP_RULES",
+    "AskedSizes",
     "Broadcast",
+    "CodedSizes",
     "ComplexRule",
     "DimSpec",
     "Flatten",
     "InputDim",
+    "IntSizes",
     "NewDim",
     "Repeat",
     "Rule",
     "Singleton",
     "Size",
+    "SizeComparator",
     "Split",
     "UndecidableRule",
     "ViewRule",

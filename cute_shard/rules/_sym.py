@@ -40,6 +40,16 @@ with the symbols' lower bounds (``s0 >= 2``) ``b = a * r`` is provably larger wh
     a, b = codes.code(s0), codes.code(4 * s0 * s1)   # p0, 4*p0*p1
     codes.gt(b, a)                                    # True: b = a * 4*s1 and 4*s1 >= 8
     codes.eq(codes.code(s0), codes.code(s1))          # None: not decided by the structure
+
+Size comparators: a builder that makes many decisions (``view_groups``) runs one algorithm over
+a :class:`SizeComparator`, which turns the sizes into *keys* once and answers ``eq``, ``gt`` and
+``divides`` on them: :class:`IntSizes` (ints, Python's operators), :class:`CodedSizes` (the
+codes above; :class:`CodesUndecided` for what they leave open) and :class:`AskedSizes`
+(``decide_eq`` / ``decide_gt``: any sizes)::
+
+    sizes = CodedSizes("view_groups")
+    a, b = sizes.keys((s0, 4 * s0 * s1))
+    sizes.gt(b, a), sizes.sizes((b // a,))            # True, (4*s1,)
 """
 
 from __future__ import annotations
@@ -47,7 +57,16 @@ from __future__ import annotations
 import operator
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, SupportsIndex, TypeAlias, TypeGuard
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Protocol,
+    SupportsIndex,
+    TypeAlias,
+    TypeGuard,
+    TypeVar,
+    cast,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -57,8 +76,14 @@ else:
     Size: TypeAlias = Any
 
 __all__ = [
+    "INT_SIZES",
+    "AskedSizes",
+    "CodedSizes",
     "Codes",
+    "CodesUndecided",
+    "IntSizes",
     "Size",
+    "SizeComparator",
     "UndecidableRule",
     "as_dim",
     "as_size",
@@ -377,6 +402,154 @@ class Codes:
             expr = self.info[prime][0]
             name = self._names[prime] = str(expr) if expr.is_Symbol else f"({expr})"
         return name
+
+
+# ---------------------------------------------------------------------------
+# Size comparators
+# ---------------------------------------------------------------------------
+
+
+K = TypeVar("K")
+
+
+class SizeComparator(Protocol[K]):
+    """The size decisions of one rule-building call, over one representation of its sizes.
+
+    A builder turns its sizes into *keys* once (``keys``), multiplies keys with ``*``, divides
+    one by another with ``//`` only where ``divides`` said it may, and asks only the questions
+    below, so one algorithm serves every representation: :class:`IntSizes` (plain ints),
+    :class:`CodedSizes` (monomial codes) and :class:`AskedSizes` (the ShapeEnv).
+
+    Post: a True or False holds for every admissible value of the symbols; a question the
+    comparator cannot settle raises :class:`UndecidableRule`. ``keys`` keeps a ``-1`` (an
+    inferred size) as ``-1``, and ``sizes(keys(xs))`` has the values of ``xs``.
+    """
+
+    def keys(self, sizes: Sequence[Size]) -> tuple[K, ...]:
+        """The keys of ``sizes``."""
+        ...
+
+    def sizes(self, keys: Sequence[K]) -> tuple[Size, ...]:
+        """The sizes (ints or SymInts) that ``keys`` stand for."""
+        ...
+
+    def eq(self, a: K, b: K) -> bool:
+        """``a == b``."""
+        ...
+
+    def gt(self, a: K, b: K) -> bool:
+        """``a > b``."""
+        ...
+
+    def divides(self, a: K, b: K) -> bool:
+        """``b % a == 0``, for ``a`` decided nonzero; when True, ``b // a`` is the quotient's
+        key."""
+        ...
+
+
+class IntSizes:
+    """Plain int sizes, their own keys, compared by Python's operators (C functions: a
+    builder's walk over ints pays no Python frame per question)."""
+
+    __slots__ = ()
+
+    keys = staticmethod(tuple)  # (a tuple of ints is its own keys: not copied)
+    sizes = staticmethod(tuple)
+    eq = staticmethod(operator.eq)
+    gt = staticmethod(operator.gt)
+
+    def divides(self, a: int, b: int) -> bool:
+        return b % a == 0
+
+
+INT_SIZES = IntSizes()
+"""The one :class:`IntSizes` (it holds nothing)."""
+
+
+class CodesUndecided(UndecidableRule):
+    """A question the monomial codes leave open (or a size they cannot hold): the ShapeEnv may
+    still settle it, so a builder that used :class:`CodedSizes` asks again with
+    :class:`AskedSizes`."""
+
+
+class CodedSizes:
+    """Int and SymInt sizes of one ShapeEnv as their monomial codes (:class:`Codes`): every
+    question is settled by the codes' structure (plain ints by their values), without the
+    ShapeEnv, or raises :class:`CodesUndecided`. Keys multiply as ints, so a walk over them
+    makes no SymInt."""
+
+    __slots__ = ("codes", "op")
+
+    def __init__(self, op: str) -> None:
+        self.op = op
+        self.codes = Codes()
+
+    def keys(self, sizes: Sequence[Size]) -> tuple[int, ...]:
+        out: list[int] = []
+        for x in sizes:
+            c = -1 if type(x) is int and x == -1 else self.codes.code(x)
+            if c is None:
+                raise CodesUndecided(self.op, f"{x} as a monomial code")
+            out.append(c)
+        return tuple(out)
+
+    def sizes(self, keys: Sequence[int]) -> tuple[Size, ...]:
+        return tuple(self.codes.size(k) for k in keys)
+
+    def eq(self, a: int, b: int) -> bool:
+        if a < LIMIT and b < LIMIT:  # two plain ints
+            return bool(a == b)
+        decided = self.codes.eq(a, b)
+        if decided is None:
+            raise self._open(a, "==", b)
+        return decided
+
+    def gt(self, a: int, b: int) -> bool:
+        if a < LIMIT and b < LIMIT:
+            return bool(a > b)
+        decided = self.codes.gt(a, b)
+        if decided is None:
+            raise self._open(a, ">", b)
+        return decided
+
+    def divides(self, a: int, b: int) -> bool:
+        if b % a == 0:  # b = a * r: a divides b for every value of the symbols
+            return True
+        if a < LIMIT and b < LIMIT:  # two plain ints
+            return False
+        raise self._open(a, "divides", b)  # a symbol may make a divide b for some values
+
+    def _open(self, a: int, rel: str, b: int) -> CodesUndecided:
+        fmt = self.codes.format
+        return CodesUndecided(self.op, f"{fmt(a)} {rel} {fmt(b)}")
+
+
+class AskedSizes:
+    """Int and SymInt sizes, their own keys, decided by :func:`decide_eq` / :func:`decide_gt`
+    (the codes of the two sizes compared, else ``statically_known_true``): any sizes, at the
+    price of SymInt arithmetic and, for what the codes leave open, the ShapeEnv's."""
+
+    __slots__ = ("op",)
+
+    def __init__(self, op: str) -> None:
+        self.op = op
+
+    def keys(self, sizes: Sequence[Size]) -> tuple[Size, ...]:
+        return tuple(sizes)
+
+    def sizes(self, keys: Sequence[Size]) -> tuple[Size, ...]:
+        return tuple(keys)
+
+    def eq(self, a: Size, b: Size) -> bool:
+        return decide_eq(a, b, self.op)
+
+    def gt(self, a: Size, b: Size) -> bool:
+        return decide_gt(a, b, self.op)
+
+    def divides(self, a: Size, b: Size) -> bool:
+        # (SymInt's __mod__ is installed at runtime by torch's sym_node; only some releases'
+        # stubs declare it)
+        return decide_eq(cast(Any, b) % a, 0, self.op)
 
 
 def as_size(x: object, op: str, arg: str, *, allow_minus_one: bool = False) -> Size:

@@ -17,6 +17,7 @@ from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 import cute_shard.rules as R
 from cute_shard.rules import UndecidableRule, format_rule, map_sizes
+from cute_shard.rules._sym import CodesUndecided
 
 
 class Env:
@@ -150,3 +151,36 @@ def test_symbolic_numel_mismatch_is_a_value_error(env: Env) -> None:
     a = env.sym(4)
     with pytest.raises(ValueError, match="to_shape"):
         R.view_groups((a, 2), (a, 3))
+
+
+# ---------------------------------------------------------------------------
+# Size comparators: view_groups is one walk over each
+# ---------------------------------------------------------------------------
+
+
+def test_int_sizes_are_python_comparisons() -> None:
+    sizes = R.IntSizes()
+    keys = sizes.keys((2, -1, 6))
+    assert keys == (2, -1, 6) and sizes.sizes(keys) == keys
+    assert sizes.eq(6, 6) and not sizes.eq(6, 4)
+    assert sizes.gt(6, 4) and not sizes.gt(4, 6)
+    assert sizes.divides(2, 6) and not sizes.divides(4, 6)
+
+
+def test_coded_sizes_settle_what_the_structure_proves(env: Env) -> None:
+    a, b = env.sym(4), env.sym(6)
+    sizes = R.CodedSizes("view_groups")
+    ka, kab, minus, six = sizes.keys((a, 4 * a * b, -1, 6))
+    assert minus == -1 and six == 6  # -1 is kept; a plain int is its own code
+    assert sizes.gt(kab, ka) and not sizes.gt(ka, kab)  # 4*a*b = a * 4*b, and 4*b >= 8
+    assert not sizes.eq(ka, 1) and not sizes.eq(ka, 0)  # a >= 2
+    assert sizes.eq(6, 6) and not sizes.eq(6, 4)  # plain ints by their values
+    assert sizes.divides(ka, kab) and not sizes.divides(4, 6)
+    assert hint(sizes.sizes((kab // ka,))[0]) == 24  # 4*b at the hints
+    assert sizes.sizes((ka,)) == (a,)  # the caller's own SymInt
+    (kb,) = sizes.keys((b,))
+    for question in (lambda: sizes.eq(ka, kb), lambda: sizes.divides(4, ka)):
+        with pytest.raises(CodesUndecided) as info:
+            question()  # a == b, 4 | a: not the structure's to say
+        assert info.value.op == "view_groups" and info.value.question
+    assert env.guards() == 0
