@@ -3,9 +3,13 @@
 Public API (each name is imported on first use, so ``import cute_shard`` stays cheap and
 torch-free until one that needs torch is touched):
 
+- ``decide_view(placements, global_shape, rule, mesh_shape)``: the view decision, a
+  ``ViewDecision`` (the input target, the output placements, and one ``Blocked`` with its
+  reason per mesh dim that moves); it never raises for a view that must move.
 - ``propagate_shape_and_sharding(placements, global_shape, rule, mesh_shape, strict_view)``:
-  a drop-in for torch's view propagator; ``RedistributionRequired`` is what a strict view
-  raises, with one ``Blocked`` per mesh dim that would have to move; ``cache_clear()``.
+  the same decision as a drop-in for torch's view propagator; ``RedistributionRequired`` is
+  what a strict view raises, with one ``Blocked`` per mesh dim that would have to move;
+  ``cache_clear()``.
 - ``placements_to_layout``, ``compose_view``: a sharding as a CuTe layout, and its layout
   after a view.
 - ``install()``, ``uninstall()``, ``enabled()``: make DTensor propagate view ops with
@@ -52,8 +56,10 @@ if _typing.TYPE_CHECKING:  # what the lazy names below resolve to, for type chec
     from .engine import (
         Blocked,
         RedistributionRequired,
+        ViewDecision,
         cache_clear,
         compose_view,
+        decide_view,
         placements_to_layout,
         propagate_shape_and_sharding,
     )
@@ -68,6 +74,8 @@ _LAZY: dict[str, tuple[str, str]] = {
     **{
         name: ("engine", name)
         for name in (
+            "decide_view",
+            "ViewDecision",
             "propagate_shape_and_sharding",
             "RedistributionRequired",
             "Blocked",
@@ -88,8 +96,10 @@ _SUBMODULES = ("layout", "rules", "engine", "oracle", "integration", "notation")
 __all__ = [
     "Blocked",
     "RedistributionRequired",
+    "ViewDecision",
     "cache_clear",
     "compose_view",
+    "decide_view",
     "enabled",
     "explain",
     "install",

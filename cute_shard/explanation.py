@@ -375,13 +375,13 @@ class Explanation(Printed):
 
 def explain(case: Case, *, compare_torch: bool = False) -> Explanation:
     """Run the engine on ``case`` (and torch's reference with ``compare_torch``)."""
-    from .engine import placements_to_layout, propagate_shape_and_sharding
+    from .engine import decide_view, placements_to_layout
 
     given = _to_torch(case.placements)
-    blocked, strict_error = _strict_outcome(case, given)
-    target_t, output_t = propagate_shape_and_sharding(
-        given, case.shape, case.rule, case.mesh, False, complex_view=False
-    )
+    decision = decide_view(given, case.shape, case.rule, case.mesh, complex_view=False)
+    target_t, output_t = decision.target, decision.output
+    blocked = decision.blocked
+    refusal = decision.refusal() if case.strict else None
     target = tuple(PlacementSpec.of(p) for p in target_t)
     output = tuple(PlacementSpec.of(p) for p in output_t)
     return Explanation(
@@ -393,7 +393,7 @@ def explain(case: Case, *, compare_torch: bool = False) -> Explanation:
         communication=communication(
             case.shape, case.mesh, case.placements, target, DTYPES[case.dtype], blocked
         ),
-        strict_error=to_notation(strict_error) if case.strict and strict_error else None,
+        strict_error=None if refusal is None else to_notation(str(refusal)),
         pictures=_pictures(case, target, output),
         ours=_judge(case, target, output) if compare_torch else None,
         torch=_torch_answer(case) if compare_torch else None,
@@ -544,19 +544,6 @@ def _index(x: object) -> int:
 
 def _to_torch(ps: Sequence[PlacementSpec]) -> list[Placement]:
     return [p.to_torch() for p in ps]
-
-
-def _strict_outcome(case: Case, given: list[Placement]) -> tuple[tuple[Blocked, ...], str | None]:
-    """Why mesh dims must move (from the strict call's error), and that error's message."""
-    from .engine import RedistributionRequired, propagate_shape_and_sharding
-
-    try:
-        propagate_shape_and_sharding(
-            given, case.shape, case.rule, case.mesh, True, complex_view=False
-        )
-    except RedistributionRequired as e:
-        return tuple(e.blocked), str(e)
-    return (), None
 
 
 def _output_layout(case: Case, output: Sequence[Placement]) -> ShardedLayout | None:

@@ -94,7 +94,7 @@ from torch.distributed.tensor.placement_types import (
 )
 
 from . import meta, rules
-from .engine import propagate_shape_and_sharding
+from .engine import ViewDecision, decide_view, propagate_shape_and_sharding
 from .redistribute import dtensor as redistribution
 from .rules import UndecidableRule
 
@@ -207,7 +207,8 @@ class ViewOp:
         mesh: Any,
     ) -> tuple[tuple[Placement, ...], tuple[Placement, ...]]:
         """(input target, output placements): the one sharding decision for this op, taken
-        by the ViewStrategy and by the fast path alike."""
+        by the ViewStrategy and by the fast path alike; a strict view that must move raises
+        ``RedistributionRequired``."""
         complex_view = self.local_op is torch.view_as_complex
         if complex_view:
             placements = _allowed_partials(placements)
@@ -215,6 +216,20 @@ class ViewOp:
             placements, shape, rule, mesh.shape, self.strict_view, complex_view=complex_view
         )
         return tuple(target), tuple(output)
+
+    def decision(
+        self,
+        placements: Sequence[Placement],
+        shape: tuple[Any, ...],
+        rule: Sequence[object],
+        mesh: Any,
+    ) -> ViewDecision:
+        """The same decision as :meth:`decide`, returned whole: with each mesh dim that moves
+        and why, for a strict view too (``ViewDecision.refusal()`` is what it would raise)."""
+        complex_view = self.local_op is torch.view_as_complex
+        if complex_view:
+            placements = _allowed_partials(placements)
+        return decide_view(placements, shape, rule, mesh.shape, complex_view=complex_view)
 
 
 def _allowed_partials(placements: Sequence[Placement]) -> tuple[Placement, ...]:

@@ -86,7 +86,6 @@ from torch.distributed.tensor._op_schema import OpSchema
 from torch.distributed.tensor.placement_types import Placement
 
 from . import integration
-from .engine import Blocked, RedistributionRequired
 from .explanation import Step, communication, plan_moves, step_json
 from .notation import Placements, PlacementSpec, placements_str
 from .redistribute import Kind, Move, Plan, physical_limit
@@ -929,13 +928,9 @@ def _decide(
     shape = tuple(spec.shape)
     mesh = spec.mesh
     rule = view_op.rule(spec, shape, args, kwargs)
-    target, _ = replace(view_op, strict_view=False).decide(given, shape, rule, mesh)
-    blocked: tuple[Blocked, ...] = ()
-    if target != given:
-        try:
-            replace(view_op, strict_view=True).decide(given, shape, rule, mesh)
-        except RedistributionRequired as e:
-            blocked = e.blocked
+    decision = view_op.decision(given, shape, rule, mesh)
+    target = decision.target
+    blocked = decision.blocked
     itemsize = _itemsize(spec)
     if plans:
         moves = tuple(s for plan in plans for s in plan_moves(plan, itemsize, blocked))

@@ -19,7 +19,9 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from cute_shard import oracle
-from cute_shard.engine.decide import CONST, Fail, Group, chunk_lens, place, root
+from cute_shard.chunks import chunk_lens
+from cute_shard.engine.decide import CONST, place, root
+from cute_shard.engine.types import Fail, Group, State
 from property_tests.engine_strategies import ENGINE
 
 LENGTHS = st.integers(1, 24)
@@ -90,7 +92,7 @@ def test_place_is_sound_and_complete_on_one_state(
         outer *= x
     want = labels(ins[ax], sf, m, inner, outer)
     group = Group(ins, None, outs, None, {ax: 0})
-    got = place(group, [(ins, outs, 0 in ins)], ax, sf, m)
+    got = place(group, [State(list(ins), list(outs), 0 in ins)], ax, sf, m)
 
     def out_labels(k: int, s: int) -> list[int]:
         j = 1
@@ -106,7 +108,7 @@ def test_place_is_sound_and_complete_on_one_state(
             for s in range(1, outs[k] + 1):
                 assert out_labels(k, s) != want or set(want) == {0}, (case, k, s)
         return
-    k, lo, hi = got
+    k, lo, hi = got.axis, got.lo, got.hi
     assert hi is None or lo <= hi, (case, got)
     top = outs[k] if hi is None else min(hi, outs[k] + 1)
     for s in range(lo, top + 1):

@@ -10,6 +10,11 @@
    output placements) and the input's map each rank's local element (the same local flat
    index: a local view keeps it) to the same global element (the same global flat index: a
    view keeps that too). Both layouts are evaluated by ``cute_shard.layout``.
+3. ``compose_view`` (the input's sharded layout composed with the view, read off the rule
+   without the engine) is the engine's answer: a layout exactly when the engine keeps every
+   mesh dim, and then the layout of the engine's output placements; for every op of the
+   engine's strategies (views, permutes, expands, repeats, squeezes, view_as_real/complex)
+   with Partial placements carried.
 """
 
 from __future__ import annotations
@@ -23,9 +28,9 @@ from torch.distributed.tensor.placement_types import Placement, Replicate, Shard
 
 import cute_shard
 import cute_shard.rules as R
-from cute_shard.engine import ShardedLayout, placements_to_layout
+from cute_shard.engine import ShardedLayout, compose_view, decide_view, placements_to_layout
 from cute_shard.layout import Layout, logical_divide
-from property_tests.engine_strategies import ENGINE
+from property_tests.engine_strategies import ENGINE, Case, _out_shape, cases, even_view_cases
 
 
 def _values(layout: Layout) -> list[int]:
@@ -156,9 +161,34 @@ def test_a_view_composes_the_sharded_layouts(
     assume(before is not None)  # a stack no layout expresses (a cut inside a sub-mode)
     after = placements_to_layout(target, out, mesh)
     assert after is not None, (case, out)
+    assert compose_view(before, rule) == after, (case, out)
     for coord in itertools.product(*(range(m) for m in mesh)):
         assert _global_of_local(before, coord, mesh) == _global_of_local(after, coord, mesh), (
             case,
             out,
             coord,
         )
+
+
+@ENGINE
+@given(st.one_of(cases(), even_view_cases()))  # (even views: many must move a mesh dim)
+def test_compose_view_is_the_engines_answer(case: Case) -> None:
+    before = placements_to_layout(case.shape, case.placements, case.mesh)
+    assume(before is not None)  # uneven shards, or a stack no layout expresses
+    composed = compose_view(before, case.rule)
+    decision = decide_view(
+        case.placements,
+        case.shape,
+        case.rule,
+        case.mesh,
+        complex_view=case.op == "view_as_complex",
+    )
+    if composed is None:
+        assert decision.moved, (case, decision)
+        return
+    assert not decision.moved, (case, decision, composed)
+    out_shape = _out_shape(case.op, case.args, case.shape)
+    assert composed == placements_to_layout(out_shape, decision.output, case.mesh), (
+        case,
+        decision,
+    )

@@ -16,8 +16,10 @@ import cute_shard
 API = [
     "Blocked",
     "RedistributionRequired",
+    "ViewDecision",
     "cache_clear",
     "compose_view",
+    "decide_view",
     "enabled",
     "explain",
     "install",

@@ -59,18 +59,20 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = [
-    "CONST",
-    "Fail",
-    "Group",
-    "State",
-    "chunk_lens",
-    "place",
-    "root",
-    "split_states",
-]
+from ..chunks import chunk_lens, chunking
+from .types import (
+    Cut,
+    Fail,
+    FailKind,
+    Group,
+    Placed,
+    Size,
+    State,
+    SymbolicStep,
+    inward,
+)
 
-Size = Any  # int, or a symbolic size (``symbolic.Sym``) on the even steps only
+__all__ = ["CONST", "place", "root", "split_states"]
 
 
 class _Const:
@@ -82,124 +84,13 @@ class _Const:
 CONST = _Const()
 
 
-class Group:
-    """Input dims and the output dims the view makes of them, as local-layout axes.
-
-    ``in_sizes``: the input axes outer to inner (a view's tensor dims, or a group of them;
-    ``axis[d]`` is tensor dim d's axis, None: axis d). Virtual axes (a ``repeat``'s copies,
-    never sharded) have no tensor dim. ``out_sizes``/``out_dims``: the output axes outer to
-    inner and the output tensor dim of each (None: axis k is output dim k; -1 for an axis no
-    placement may name, view_as_complex's (real, imag) pair). ``home[d]``: the output dim for a
-    shard whose labelling does not place it (the ranks hold nothing, or one rank holds it all);
-    None for a view's group (and a Split's, a view of its dims), where it is the output dim
-    that holds the dim's rows in the flat index (:meth:`home_axis`).
-    """
-
-    __slots__ = ("axis", "home", "in_sizes", "out_dims", "out_sizes")
-
-    def __init__(
-        self,
-        in_sizes: tuple[Size, ...],
-        axis: dict[int, int] | None,
-        out_sizes: tuple[Size, ...],
-        out_dims: tuple[int, ...] | None,
-        home: Any,
-    ) -> None:
-        self.in_sizes = in_sizes
-        self.axis = axis
-        self.out_sizes = out_sizes
-        self.out_dims = out_dims
-        self.home = home
-
-    def out_dim(self, k: int) -> int:
-        return k if self.out_dims is None else self.out_dims[k]
-
-    def out_axis(self, o: int) -> int:
-        return o if self.out_dims is None else self.out_dims.index(o)
-
-    def home_axis(self, d: int, hinted: bool = False) -> int:
-        """The output axis for input dim d's shard when no labelling places it (-1: none).
-        ``hinted``: read symbolic sizes at their hints (only where any axis is valid, so that
-        the choice needs no guard: a mesh dim of size 1)."""
-        if self.home is not None:
-            o = self.home.get(d, -1)
-            return -1 if o < 0 else self.out_axis(o)
-        # a view (or a Split, a view of its dims): the outermost output axis the dim's elements
-        # reach in the flat index (where a dropped size-1 dim's row would start)
-        a = d if self.axis is None else self.axis[d]
-        ins, outs = self.in_sizes, self.out_sizes
-        if hinted:
-            ins, outs = _hints(ins), _hints(outs)
-        row: Size = 1
-        for x in ins[a + 1 :]:
-            row = row * x
-        n = ins[a]
-        top = row * n - 1 if type(n) is int and n > 1 and type(row) is int else row
-        inner: Size = 1
-        for k in range(len(outs) - 1, -1, -1):
-            inner = inner * outs[k]
-            if type(inner) is int and type(top) is int and inner > top:
-                return k
-        return 0 if outs else -1
-
-
-def _hints(sizes: tuple[Size, ...]) -> tuple[Size, ...]:
-    """``sizes`` with each symbolic size at its hint where it has one."""
-    return tuple(x if type(x) is int else getattr(x, "hint", None) or x for x in sizes)
-
-
-#: (input local lengths, output local lengths, no rank of the state holds anything)
-State = tuple[list[Size], list[Size], bool]
-
-
-class Fail:
-    """Why a mesh dim cannot stay: ``kind`` and the state it was found in (for the message).
-
-    kinds: ``straddle`` (even: the gpu sub-mode is in no output dim), ``uneven`` (the chunks
-    line up with no output dim's), ``split`` (states need different output dims or split
-    factors), ``symbolic`` (uneven where a size is symbolic), ``nowhere`` (no output dim can
-    hold it), ``pair`` (view_as_complex needs whole (real, imag) pairs).
-    """
-
-    __slots__ = ("group", "kind", "state")
-
-    def __init__(self, kind: str, group: Group | None = None, state: State | None = None) -> None:
-        self.kind = kind
-        self.group = group
-        self.state = state
-
-
-def chunk_lens(length: int, sf: int, m: int) -> list[int]:
-    """How many of ``length`` rows the rank at each coordinate ``0..m-1`` keeps under
-    ``_StridedShard(sf)`` on a mesh dim of size ``m`` (``sf`` 1: ``Shard``): ``torch.chunk``
-    cuts the dim into pieces of ``pc`` rows (the last one, ``rem`` rows, may be shorter) and
-    each piece into chunks over the ranks (:func:`_piece`); a rank keeps its chunk of every
-    piece."""
-    if length == 0:
-        return [0] * m
-    pc = -(-length // sf)
-    full, rem = divmod(length, pc)
-    out = _per_rank(_piece(pc, m, full), m)  # the full pieces, ``full`` rows per row
-    if rem:
-        return [a + b for a, b in zip(out, _per_rank(_piece(rem, m, 1), m), strict=True)]
-    return out
-
-
-def _per_rank(piece: tuple[int, int, int], m: int) -> list[int]:
-    """A :func:`_piece` triple as one count per rank: ``runs`` ranks with a run each, then
-    the shorter last run, then ranks with none."""
-    run, runs, last = piece
-    if last:
-        return [run] * runs + [last] + [0] * (m - runs - 1)
-    return [run] * runs + [0] * (m - runs)
-
-
 def _piece(n: int, m: int, inner: Size) -> tuple[Size, int, Size]:
-    """The labelling of one piece of ``n`` rows chunked over ``m``: runs of ``ch`` rows labelled
-    0, 1, ... (``n // ch`` of them) and a last run of ``n % ch`` rows, each row ``inner``
-    elements: ``(ch*inner, n // ch, (n % ch)*inner)``."""
-    ch = -(-n // m)
-    return ch * inner, n // ch, (n % ch) * inner
+    """The labelling of one piece of ``n`` rows chunked over ``m`` (``torch.chunk``'s
+    :func:`~cute_shard.chunks.chunking`): runs of ``ch`` rows labelled 0, 1, ... (``n // ch``
+    of them) and a last run of ``n % ch`` rows, each row ``inner`` elements:
+    ``(ch*inner, n // ch, (n % ch)*inner)``."""
+    c = chunking(n, m)
+    return c.size * inner, c.full, c.last * inner
 
 
 def root(length: Size, sf: int, m: int, inner: Size) -> Any:
@@ -211,7 +102,7 @@ def root(length: Size, sf: int, m: int, inner: Size) -> Any:
     if not length % q:  # even: runs of ch rows labelled 0..m-1
         return (length // q * inner, m, 0), 0, None
     if type(length) is not int:
-        raise _Symbolic
+        raise SymbolicStep
     pc = -(-length // sf)
     if pc == 1:
         return CONST
@@ -221,17 +112,13 @@ def root(length: Size, sf: int, m: int, inner: Size) -> Any:
     return _piece(pc, m, inner), full, _piece(rem, m, inner)
 
 
-class _Symbolic(Exception):
-    """An uneven step on a symbolic size: no exact answer for every value of the symbols."""
-
-
-def _locate(r: Any, m: int, out_dims: tuple[int, ...] | None, outs: list[Size]) -> Any:
-    """``(output axis, lo, hi)``: the axis whose labelling by every split factor in
-    ``[lo, hi]`` (``hi`` None: no bound) is the word of root ``r``, or None. The axis is where
-    the root's first run, ``a0`` elements, is a whole number of the axis's rows: the only one
-    that can hold it (an axis further in has rows too short for the pieces, one further out
-    rows longer than the run). Pieces of ``pc`` rows are all ``torch.chunk`` looks at, so the
-    split factors with ``ceil(length / sf) == pc`` all chunk alike.
+def _locate(r: Any, m: int, out_dims: tuple[int, ...] | None, outs: list[Size]) -> Placed | None:
+    """The output axis whose labelling by every split factor in ``[lo, hi]`` (``hi`` None: no
+    bound) is the word of root ``r``, or None. The axis is where the root's first run, ``a0``
+    elements, is a whole number of the axis's rows: the only one that can hold it (an axis
+    further in has rows too short for the pieces, one further out rows longer than the run).
+    Pieces of ``pc`` rows are all ``torch.chunk`` looks at, so the split factors with
+    ``ceil(length / sf) == pc`` all chunk alike.
 
     A piece of ``pc = runs*c + t`` rows (``t < c``) chunks over ``m`` into the word ``runs``
     runs of ``c`` rows then ``t`` exactly when its chunk, ``ceil(pc / m)``, is ``c``."""
@@ -239,11 +126,9 @@ def _locate(r: Any, m: int, out_dims: tuple[int, ...] | None, outs: list[Size]) 
     a0, runs, last = a
     if type(a0) is not int:
         return None
-    inner = 1
-    for k in range(len(outs) - 1, -1, -1):
-        if a0 % inner:
+    for k, length, inner in inward(outs):
+        if type(inner) is not int or a0 % inner:
             return None
-        length = outs[k]
         if (out_dims is None or out_dims[k] >= 0) and not last % inner:
             c = a0 // inner
             pc = runs * c + last // inner
@@ -251,24 +136,21 @@ def _locate(r: Any, m: int, out_dims: tuple[int, ...] | None, outs: list[Size]) 
                 if b is None:
                     if not length % pc:
                         if type(length) is not int:
-                            return k, length // pc, None  # symbolic: one state
-                        return k, length // pc, (length - 1) // (pc - 1)
+                            return Placed(k, length // pc, None)  # symbolic: one state
+                        return Placed(k, length // pc, (length - 1) // (pc - 1))
                 elif type(length) is int and not b[0] % inner and not b[2] % inner:
                     c = b[0] // inner
                     rem = b[1] * c + b[2] // inner
                     if -(-rem // m) == c and length == full * pc + rem:
                         lo, hi = -(-length // pc), (length - 1) // (pc - 1)
                         # (no split factor may chunk the axis into pieces of pc rows)
-                        return (k, lo, hi) if lo <= hi else None
-        if type(length) is not int:
-            return None
-        inner = inner * length
+                        return Placed(k, lo, hi) if lo <= hi else None
     return None
 
 
 def _place_one(group: Group, state: State, ax: int, sf: Any, m: int) -> Any:
-    """Mesh dim's placement in one state: ``(output axis, lo, hi)``, :data:`CONST` (rank 0
-    holds all of it), None (the state's ranks hold nothing) or a :class:`Fail`.
+    """Mesh dim's placement in one state: a :class:`Placed`, :data:`CONST` (rank 0 holds all
+    of it), None (the state's ranks hold nothing) or a :class:`Fail`.
 
     Even (``sf*m`` divides the local length): the gpu sub-mode ``m:s`` of the flat index,
     ``s = ch*inner``, lands in the output axis whose local mode ``L:J`` holds it (``J | s``
@@ -284,39 +166,31 @@ def _place_one(group: Group, state: State, ax: int, sf: Any, m: int) -> Any:
     if not length % q:
         s = length // q * inner
         out_dims = group.out_dims
-        inner = 1
-        for k in range(len(outs) - 1, -1, -1):
+        for k, size, inner in inward(outs):
             if s % inner:
                 break  # inner only grows by factors: no axis further out divides s either
-            size = outs[k]
             if out_dims is None or out_dims[k] >= 0:
                 pc = m * (s // inner)
                 if not size % pc:
                     if type(size) is not int or type(pc) is not int:
-                        return k, size // pc, None  # symbolic: one state, its quotient
-                    return k, size // pc, (size - 1) // (pc - 1)
-            inner = inner * size
-        return Fail("straddle", group, state)
+                        return Placed(k, size // pc, None)  # symbolic: one state, its quotient
+                    return Placed(k, size // pc, (size - 1) // (pc - 1))
+        return Fail(FailKind.STRADDLE, group, state)
     r = root(length, sf, m, inner)
     if r is CONST:
         return CONST
     hit = _locate(r, m, group.out_dims, outs)
-    return Fail("uneven", group, state) if hit is None else hit
+    return Fail(FailKind.UNEVEN, group, state) if hit is None else hit
 
 
-def place(
-    group: Group, states: list[State], d: int, sf: Any, m: int
-) -> tuple[int, Size, Size | None] | Fail:
-    """Where tensor dim ``d``'s placement ``sf`` on a mesh dim of size ``m`` goes:
-    ``(output axis, lo, hi)``, the split factors that work in every state, or a :class:`Fail`.
-    """
-    ax = d if group.axis is None else group.axis[d]
+def place(group: Group, states: list[State], d: int, sf: Any, m: int) -> Placed | Fail:
+    """Where tensor dim ``d``'s placement ``sf`` on a mesh dim of size ``m`` goes: a
+    :class:`Placed` whose split factors work in every state, or a :class:`Fail`."""
+    ax = group.in_axis(d)
     try:
         if len(states) == 1:
             hit = _place_one(group, states[0], ax, sf, m)
-            if type(hit) is tuple:
-                return hit
-            if type(hit) is Fail:
+            if type(hit) is Placed or type(hit) is Fail:
                 return hit
             hits = [hit]
         else:
@@ -327,33 +201,33 @@ def place(
         for i, hit in enumerate(hits):
             if type(hit) is Fail:
                 return hit
-            if type(hit) is not tuple:
+            if type(hit) is not Placed:
                 continue
-            k, a, b = hit
             if found == -1:
                 found, lo, hi = hit
                 continue
-            if k != found:
-                return Fail("split", group, states[i])
-            lo = a if a > lo else lo
+            if hit.axis != found:
+                return Fail(FailKind.SPLIT, group, states[i])
+            lo = hit.lo if hit.lo > lo else lo
+            b = hit.hi
             hi = b if hi is None else hi if b is None or b > hi else b
             if hi is not None and lo > hi:
-                return Fail("split", group, states[i])
+                return Fail(FailKind.SPLIT, group, states[i])
         if found == -1:  # no rank holds anything, or rank 0 holds it all: any output dim
             found = _const_axis(group, d, states, hits)
             if found < 0:
-                return Fail("nowhere", group, states[0])
+                return Fail(FailKind.NOWHERE, group, states[0])
         for i, hit in enumerate(hits):
             if hit is CONST:  # every row its own piece: rank 0 keeps all of them
-                length = states[i][1][found]
+                length = states[i].outs[found]
                 if type(length) is not int:
-                    raise _Symbolic
+                    raise SymbolicStep
                 lo = length if length > lo else lo
         if hi is not None and lo > hi:
-            return Fail("split", group, states[0])
-    except _Symbolic:
-        return Fail("symbolic", group, states[0])
-    return found, lo, hi
+            return Fail(FailKind.SPLIT, group, states[0])
+    except SymbolicStep:
+        return Fail(FailKind.SYMBOLIC, group, states[0])
+    return Placed(found, lo, hi)
 
 
 def _const_axis(group: Group, d: int, states: list[State], hits: list[Any]) -> int:
@@ -362,7 +236,7 @@ def _const_axis(group: Group, d: int, states: list[State], hits: list[Any]) -> i
     it all), the home axis first; else the home axis (as a ``_StridedShard`` whose pieces are
     single rows)."""
     home = group.home_axis(d)
-    held = [states[i][1] for i, hit in enumerate(hits) if hit is CONST]
+    held = [states[i].outs for i, hit in enumerate(hits) if hit is CONST]
     if not held:
         return home
     out_dims = group.out_dims
@@ -378,10 +252,11 @@ def _const_axis(group: Group, d: int, states: list[State], hits: list[Any]) -> i
     return home
 
 
-def split_states(states: list[State], ax: int, sf: Any, k: int, sf_out: Any, m: int) -> list[State]:
-    """The states after a mesh dim (size ``m``) keeps input axis ``ax`` with ``sf`` and output
-    axis ``k`` with ``sf_out``: each state's ranks, by their coordinate on it. An even step
-    divides a state's lengths in place; an uneven one makes a state per distinct share."""
+def split_states(states: list[State], cut: Cut) -> list[State]:
+    """The states after a kept mesh dim's ``cut``: each state's ranks, by their coordinate on
+    it. An even step divides a state's lengths in place; an uneven one makes a state per
+    distinct share (raising :class:`SymbolicStep` where that share is symbolic)."""
+    ax, sf, k, sf_out, m = cut
     if len(states) == 1:  # the common case: one state, an even step divides it in place
         ins, outs, _ = states[0]
         if not ins[ax] % (sf * m) and not outs[k] % (sf_out * m):
@@ -398,7 +273,7 @@ def split_states(states: list[State], ax: int, sf: Any, k: int, sf_out: Any, m: 
             out.append(state)
             continue
         if type(length) is not int or type(length_out) is not int:
-            raise _Symbolic  # ranks of a symbolic size with unequal shares
+            raise SymbolicStep  # ranks of a symbolic size with unequal shares
         for a, b in dict.fromkeys(
             zip(chunk_lens(length, sf, m), chunk_lens(length_out, sf_out, m), strict=True)
         ):
@@ -406,12 +281,12 @@ def split_states(states: list[State], ax: int, sf: Any, k: int, sf_out: Any, m: 
             new_out = outs.copy()
             new_in[ax] = a
             new_out[k] = b
-            out.append((new_in, new_out, empty or a == 0))
+            out.append(State(new_in, new_out, empty or a == 0))
     if len(out) > len(states) > 1:  # states of distinct pasts may now be alike
         try:
             unique: dict[tuple[Any, ...], State] = {}
             for st in out:
-                unique.setdefault((tuple(st[0]), tuple(st[1]), st[2]), st)
+                unique.setdefault((tuple(st.ins), tuple(st.outs), st.empty), st)
             out = list(unique.values())
         except TypeError:  # symbolic sizes are not hashable: keep them all
             pass

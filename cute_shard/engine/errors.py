@@ -3,7 +3,7 @@
 ``Blocked`` records one mesh dim that a view forces to move: which tensor dim it shards, and
 why. ``RedistributionRequired`` (a RuntimeError, as DTensor raises for views that need
 communication) carries the list and names the first in its message. ``reason`` writes the
-text of a :class:`~cute_shard.engine.decide.Fail`; only a caller that shows it pays for it.
+text of a :class:`~cute_shard.engine.types.Fail`; only a caller that shows it pays for it.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .decide import Fail
+from ..chunks import chunking
+from .types import Fail, FailKind, Group, inward
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,29 +105,29 @@ def reason(fail: Fail, mesh_dim: int, dim: int, sf: Any, size: int, pair: int) -
     )
     if dim == pair:
         return "view_as_complex needs whole (real, imag) pairs on every rank"
-    if kind == "nowhere":
+    if kind is FailKind.NOWHERE:
         return (
             f"the view keeps no output dim for tensor dim {dim}, and only a mesh dim of size 1 "
             "can shard a dim the view drops"
         )
-    if kind == "symbolic":
+    if kind is FailKind.SYMBOLIC:
         return (
             "the view mixes it with symbolic sizes, and its shard sizes cannot be proven to "
             "divide evenly for every value"
         )
     group, state = fail.group, fail.state
-    if kind == "split" or group is None or state is None:
+    if kind is FailKind.SPLIT or group is None or state is None:
         return (
             f"{what} leave ranks with different local sizes (uneven chunks), and no one "
             "output placement gives every rank its own elements"
         )
-    ins, outs, _ = state
-    ax = dim if group.axis is None else group.axis[dim]
+    ins, outs = state.ins, state.outs
+    ax = group.in_axis(dim)
     length = ins[ax]
     inner: Any = 1
     for x in ins[ax + 1 :]:
         inner = inner * x
-    if kind == "straddle":
+    if kind is FailKind.STRADDLE:
         ch = length // (sf * size)
         run = ch * inner
         return (
@@ -134,8 +135,8 @@ def reason(fail: Fail, mesh_dim: int, dim: int, sf: Any, size: int, pair: int) -
             f"elements of the flat index, which {_spanned(group, outs, run, size)}, and one "
             "mesh dim can shard only one tensor dim (reshaping it requires redistribution)"
         )
-    pc = -(-length // sf)
-    ch = -(-pc // size)
+    pc = chunking(length, sf).size  # (length >= 1 here: an empty dim is never uneven)
+    ch = chunking(pc, size).size
     piece = f"{length}" if sf == 1 else f"{pc} (a piece of the split factor {sf})"
     held = f"[0, {ch * inner})"
     o = group.home_axis(dim)
@@ -146,7 +147,8 @@ def reason(fail: Fail, mesh_dim: int, dim: int, sf: Any, size: int, pair: int) -
             j = j * x
         out_dim = group.out_dim(o)
         given = (
-            f", where Shard({out_dim}) of the output would give it [0, {-(-outs[o] // size) * j})"
+            f", where Shard({out_dim}) of the output would give it "
+            f"[0, {chunking(outs[o], size).size * j})"
         )
     return (
         f"tensor dim {dim} (local size {piece}) is not evenly divisible by mesh dimension "
@@ -160,19 +162,17 @@ def _rows(n: Any) -> str:
     return "1 row" if n == 1 else f"{n} rows"
 
 
-def _spanned(group: Any, outs: Sequence[Any], s: Any, size: int) -> str:
+def _spanned(group: Group, outs: Sequence[Any], s: Any, size: int) -> str:
     """Where the runs ``[s*c, s*(c+1))`` of the flat local index fall among the output dims."""
     if type(s) is not int:
         return "no output dim holds whole"
     hit: list[int] = []
-    inner = 1
-    for k in range(len(outs) - 1, -1, -1):
-        lo, hi = inner, inner * outs[k]
+    for k, length, lo in inward(outs):
+        hi = lo * length
         if type(hi) is not int:
             break
         if lo < s * size and hi > s and group.out_dim(k) >= 0:
             hit.append(group.out_dim(k))
-        inner = hi
     hit.sort()
     if len(hit) > 1:
         return f"crosses the boundary of output dims {' and '.join(map(str, hit))}"

@@ -47,60 +47,26 @@ from ..rules import (
     Split,
     ViewRule,
 )
-from .decide import Group, Size
+from ..rules.torch_compat import from_torch
+from .types import Group, NotStatic, Plan, Reading, Size
 
-__all__ = ["NotStatic", "Plan", "Reading", "make_plan"]
-
-
-class NotStatic(Exception):
-    """A size of the shape or the rule is symbolic: the symbolic engine plans it."""
+__all__ = ["as_rule", "make_plan"]
 
 
-class Reading:
-    """One reading of the rule: ``carry[d]`` is the output dim that input dim d moves to
-    whole; ``view`` the one group of a view (every dim is in it, carried or not), else
-    ``group_of[d]`` the group of input dim d; a dim in neither is dropped."""
-
-    __slots__ = ("carry", "group_of", "view")
-
-    def __init__(
-        self, carry: dict[int, int], group_of: dict[int, Group], view: Group | None = None
-    ) -> None:
-        self.carry = carry
-        self.group_of = group_of
-        self.view = view
-
-    def group(self, d: int) -> Group | None:
-        return self.view or self.group_of.get(d)
-
-
-class Plan(Reading):
-    """The rule's first reading (its ``carry``, ``group_of``, ``view``), and ``others``: the
-    other readings an answer must hold in (none, unless the rule's op is not known);
-    ``out_shape``: the output sizes; ``pair``: the (real, imag) input dim of a view_as_complex
-    reading, or -1."""
-
-    __slots__ = ("others", "out_shape", "pair")
-
-    def __init__(
-        self,
-        carry: dict[int, int],
-        group_of: dict[int, Group],
-        view: Group | None,
-        out_shape: tuple[Size, ...],
-        pair: int,
-        others: tuple[Reading, ...] = (),
-    ) -> None:
-        self.carry = carry
-        self.group_of = group_of
-        self.view = view
-        self.out_shape = out_shape
-        self.pair = pair
-        self.others = others
-
-    @property
-    def readings(self) -> tuple[Reading, ...]:
-        return (self, *self.others)
+def as_rule(rule: tuple[Any, ...]) -> tuple[DimSpec, ...]:
+    """``rule`` as ``cute_shard.rules`` DimSpecs (torch's are converted; anything else is a
+    ValueError)."""
+    for spec in rule:
+        if not isinstance(spec, DimSpec):
+            break
+    else:
+        return rule
+    try:
+        return tuple(from_torch(rule))
+    except (TypeError, AttributeError) as e:
+        raise ValueError(
+            f"rule {rule!r} is neither cute_shard.rules DimSpecs nor torch DimSpecs: {e}"
+        ) from None
 
 
 def make_plan(
@@ -116,7 +82,7 @@ def make_plan(
     if type(rule) is ViewRule and rule.shape == shape and static and complex_view is not True:
         made, made_carry = rule.out_shape, rule.carry
         if made is not None and made_carry is not None:  # (recorded with ``shape``)
-            return Plan(made_carry, {}, Group(shape, None, made, None, None), made, -1)
+            return Plan(made_carry, {}, Group.view(shape, made), made, -1)
     ndim = len(shape)
     ints = True  # (symbolic sizes need the symbolic engine only where the plan computes)
     for n in shape:
@@ -265,7 +231,7 @@ def _readings(
     if (tag is ViewRule or is_view) and in_order and static:
         if not ints:
             raise NotStatic
-        view = Group(shape, None, out, None, None)
+        view = Group.view(shape, out)
         carried = carry
     elif grouped:
         carried, group_of = _groups(rule, shape, out, carry, -1)

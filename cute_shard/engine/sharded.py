@@ -23,7 +23,8 @@ shards), has no layout: the function returns None.
 This is the layout the engine's router works in (``decide.py``, which takes the same
 ``logical_divide`` one mesh dim at a time, in local coordinates); here it is written out
 whole for the command line and for the property tests that hold the engine to the layout
-algebra (``property_tests/test_engine_layout.py``).
+algebra (``property_tests/test_engine_layout.py``). ``compose_view`` composes it with a view:
+the output's sharded layout, read dim by dim off the rule, without the engine.
 
 Worked example: global shape (8, 16), mesh (2, 4), placements [Shard(0), _StridedShard(1, sf=2)]:
 
@@ -44,7 +45,10 @@ from torch.distributed.tensor.placement_types import Partial, Placement
 
 from ..layout import Layout
 from ..layout.inttuple import IntTuple
-from .propagate import parse_placements
+from ..rules import Broadcast, ComplexRule, Flatten, InputDim, NewDim, Repeat, Singleton, Split
+from .placements import parse_placements
+from .plan import as_rule
+from .types import Sharded
 
 __all__ = ["LOCAL", "DimSharding", "ShardedLayout", "compose_view", "placements_to_layout"]
 
@@ -134,8 +138,8 @@ def placements_to_layout(
     for m, p in enumerate(norm):
         if p is None:
             continue
-        if not isinstance(p, tuple):
-            partial.append((m, p))
+        if type(p) is not Sharded:
+            partial.append((m, p))  # type: ignore[arg-type]  # a Partial
             continue
         d, sf = p
         if type(sf) is not int:
@@ -213,18 +217,144 @@ def _coalesce(leaves: list[Leaf]) -> tuple[Leaf, ...]:
     return tuple(renumbered)
 
 
-def compose_view(
-    sl: ShardedLayout, rule: Sequence[Any], placements: Sequence[Placement]
-) -> ShardedLayout | None:
-    """The output's sharded layout of a view of ``sl`` (whose placements are ``placements``),
-    or None when some mesh dim cannot stay or the output has no layout. The engine decides the
-    output placements; their layout is the input layout composed with the view (the property
-    tests check the two are the same function of (local index, rank))."""
-    from .plan import make_plan
-    from .propagate import propagate_shape_and_sharding
+def compose_view(sl: ShardedLayout, rule: Sequence[Any]) -> ShardedLayout | None:
+    """The sharded layout of the view ``rule`` of ``sl``: the composition of the sharded layout
+    with the view's reinterpretation of coordinates, read dim by dim. None when the result
+    is no DTensor sharding: a sub-mode the view cuts other than at a divisor, or one mesh
+    dim's gpu sub-modes landing in two output dims (that mesh dim must move).
 
-    target, out = propagate_shape_and_sharding(placements, sl.global_shape, rule, sl.mesh_shape)
-    if tuple(target) != tuple(placements):
-        return None
-    out_shape = make_plan(rule, sl.global_shape, None, True).out_shape
-    return placements_to_layout(out_shape, out, sl.mesh_shape)
+    A view keeps the flat index of each group of dims it merges or splits, so its layout is
+    the group's leaves, in stride order, cut at the output dims' boundaries:
+
+    - ``InputDim(d)``: dim d's leaves; ``Flatten(d0, .., dk)``: the leaves of dk, then of
+      d(k-1), .. (the inner dim is the fastest); ``Split(src, sizes, j)``: the source's
+      leaves whose strides fall in piece j's range, cut at its boundaries;
+    - ``Repeat(d, t)``: dim d's leaves, then a local mode of the ``t`` copies (every rank
+      holds each copy of its rows); ``Broadcast``, ``NewDim``: a local mode; ``Singleton``:
+      none; view_as_real's ``(n, 2)``: the complex dim's leaves and a local (real, imag) mode;
+      view_as_complex (a ``ComplexRule``): the (real, imag) pair must be local, and is dropped.
+
+    Pre: ``rule`` is a rule for ``sl.global_shape``. Post: where the result is not None, it
+    is ``placements_to_layout(out_shape, engine's output placements)`` for the engine's
+    answer, and the engine keeps every mesh dim (property_tests/test_engine_layout.py).
+
+    Worked example: ``(8, 16)`` on mesh ``(2, 4)`` with ``[Shard(0), Shard(1)]`` has dims
+    ``8 = 4:1 (local) . 2:4 (mesh 0)`` and ``16 = 4:1 (local) . 4:4 (mesh 1)``; viewed as
+    ``(128,)`` (``flat(d0, d1)``) the one output dim is ``4:1 . 4:4 (mesh 1) . 4:16 . 2:64
+    (mesh 0)``, which is ``[Shard(0), _StridedShard(0, 4)]``'s layout of ``(128,)``.
+    """
+    shape = sl.global_shape
+    complex_view = type(rule) is ComplexRule
+    specs = as_rule(tuple(rule))
+    leaves_of = [dim.leaves for dim in sl.dims]
+    split_pieces: dict[int, list[tuple[Leaf, ...]] | None] = {}
+    out: list[DimSharding] = []
+    for spec in specs:
+        if isinstance(spec, Split):
+            key = id(spec.input_dim)
+            if key not in split_pieces:
+                split_pieces[key] = _pieces(spec, shape, leaves_of)
+            pieces = split_pieces[key]
+            if pieces is None:
+                return None
+            leaves: tuple[Leaf, ...] = pieces[spec.split_id]
+            size = spec.group_shape[spec.split_id]
+        else:
+            routed = _routed(spec, shape, leaves_of, complex_view)
+            if routed is None:
+                return None
+            size, leaves = routed
+        out.append(DimSharding(size, _coalesce(list(leaves))))
+    homes: dict[int, int] = {}
+    for o, dim in enumerate(out):  # a mesh dim shards one tensor dim
+        for _, mesh, _ in dim.leaves:
+            if mesh != LOCAL and homes.setdefault(mesh, o) != o:
+                return None
+    return ShardedLayout(
+        tuple(dim.size for dim in out), sl.mesh_shape, tuple(out), sl.partial
+    )
+
+
+def _source(spec: Any, leaves_of: list[tuple[Leaf, ...]]) -> list[Leaf]:
+    """The leaves of an InputDim or a Flatten, fastest first (a Flatten's inner dim first)."""
+    if isinstance(spec, InputDim):
+        return list(leaves_of[spec.input_dim])
+    out: list[Leaf] = []
+    for d in reversed(spec.dims):
+        out.extend(leaves_of[d])
+    return out
+
+
+def _routed(
+    spec: Any, shape: tuple[int, ...], leaves_of: list[tuple[Leaf, ...]], complex_view: bool
+) -> tuple[int, tuple[Leaf, ...]] | None:
+    """An output dim that is not a Split piece: its size and leaves (None: no layout)."""
+    if isinstance(spec, InputDim):
+        return shape[spec.input_dim], leaves_of[spec.input_dim]
+    if isinstance(spec, Flatten):
+        dims = spec.dims
+        if complex_view and dims[-1] == len(shape) - 1:  # view_as_complex: the pair is one element
+            pair = leaves_of[dims[-1]]
+            if any(mesh != LOCAL for _, mesh, _ in pair):
+                return None  # a rank would hold half a (real, imag) pair
+            dims = dims[:-1]
+        size = 1
+        for d in dims:
+            size *= shape[d]
+        out: list[Leaf] = []
+        for d in reversed(dims):
+            out.extend(leaves_of[d])
+        return size, tuple(out)
+    if isinstance(spec, Singleton):
+        return 1, ()
+    if isinstance(spec, NewDim):
+        return spec.size, _local(spec.size)
+    if isinstance(spec, Broadcast):
+        return spec.dim_size, _local(spec.dim_size)
+    if isinstance(spec, Repeat):
+        inner = spec.input_dim
+        if isinstance(inner, InputDim):
+            n = shape[inner.input_dim]
+            return n * spec.times, (*leaves_of[inner.input_dim], *_local(spec.times))
+        return spec.times, _local(spec.times)
+    raise ValueError(f"compose_view: unsupported rule entry {spec!r}")
+
+
+def _local(size: int) -> tuple[Leaf, ...]:
+    return ((size, LOCAL, 0),) if size > 1 else ()
+
+
+def _pieces(
+    spec: Split, shape: tuple[int, ...], leaves_of: list[tuple[Leaf, ...]]
+) -> list[tuple[Leaf, ...]] | None:
+    """The leaves of each piece of a Split's source (outer piece first), or None where a
+    piece boundary cuts a leaf other than at a divisor."""
+    sizes = spec.group_shape
+    src = spec.input_dim
+    leaves = _coalesce(_source(src, leaves_of))  # (a local run is cut anywhere it divides)
+    total = 1
+    for leaf in leaves:
+        total *= leaf[0]
+    if (
+        isinstance(src, InputDim) and len(sizes) == 2 and sizes[0] * sizes[1] != total
+        and sizes[1] == 2 and sizes[0] == total
+    ):  # view_as_real: each complex element becomes a local (real, imag) pair
+        return [tuple(leaves), _local(2)]
+    bounds = []  # each piece's [lo, hi) of strides, inner piece first
+    inner = 1
+    for size in reversed(sizes):
+        bounds.append((inner, inner * size))
+        inner *= size
+    pieces: list[list[Leaf]] = [[] for _ in sizes]
+    start = 1
+    for size, mesh, part in leaves:
+        end = start * size
+        for lo, hi in bounds:
+            a, b = max(start, lo), min(end, hi)
+            if a >= b:
+                continue
+            if a % start or end % b or b % a:
+                return None  # the boundary cuts this leaf other than at a divisor
+            pieces[len(sizes) - 1 - bounds.index((lo, hi))].append((b // a, mesh, part))
+        start = end
+    return [tuple(leaf for leaf in piece if leaf[0] > 1) for piece in pieces]

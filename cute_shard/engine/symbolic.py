@@ -16,7 +16,7 @@ engine's few operations: products, exact quotients and ``%`` (0 when it divides)
   the ShapeEnv proves), so a compiled program re-checks exactly what its sharding rests on.
 
 Only the even steps of ``decide.py`` have a meaning on codes; an uneven step (``torch.chunk``'s
-short tail) on a symbolic size raises ``decide._Symbolic`` and that mesh dim moves (a view is
+short tail) on a symbolic size raises ``types.SymbolicStep`` and that mesh dim moves (a view is
 planned group by group here, so a group without symbols still decides its uneven shards).
 A first run answers False to facts that would pin a symbol to a few values (``s == 4``,
 ``s | 4``); if that moved a mesh dim, a second run takes them. Unbacked symbols have no hint:
@@ -39,8 +39,9 @@ from typing import Any
 
 from ..rules import Broadcast, DimSpec, InputDim, NewDim, Repeat, Split
 from ..rules._sym import LIMIT, Codes
-from .decide import Fail, _Symbolic
-from .plan import Plan, make_plan
+from .plan import make_plan
+from .solve import solve
+from .types import Fail, FailKind, MeshPlacement, Moved, Plan, Sharded, SymbolicStep
 
 __all__ = ["Sym", "SymFacts", "propagate_symbolic"]
 
@@ -51,10 +52,8 @@ def propagate_symbolic(
     rule: tuple[DimSpec, ...],
     mesh: tuple[int, ...],
     complex_view: bool | None,
-) -> tuple[Plan, list[Any], list[tuple[int, int, Fail]]]:
-    """``solve`` for sizes that may be SymInts: ``(plan, output, failures)``."""
-    from .propagate import solve
-
+) -> tuple[Plan, list[MeshPlacement], list[Moved]]:
+    """``solve`` for sizes that may be SymInts: ``(plan, output, moved)``."""
     codes = Codes()
     answer = None
     for generic in (True, False):
@@ -80,22 +79,22 @@ def propagate_symbolic(
 
 def _unknown(
     norm: Sequence[Any], shape: tuple[Any, ...], rule: tuple[DimSpec, ...], cv: bool | None
-) -> tuple[Plan, list[Any], list[tuple[int, int, Fail]]]:
+) -> tuple[Plan, list[MeshPlacement], list[Moved]]:
     """Nothing can be evaluated: every mesh dim moves, but those whose tensor dim the rule
     moves whole (their placement carries verbatim, whatever the sizes)."""
     carry = {spec.input_dim: o for o, spec in enumerate(rule) if type(spec) is InputDim}
     plan = Plan(carry, {}, None, (), -1)
-    out: list[Any] = []
-    fails: list[tuple[int, int, Fail]] = []
+    out: list[MeshPlacement] = []
+    moved: list[Moved] = []
     for m, p in enumerate(norm):
-        if type(p) is tuple and p[0] in carry:
-            out.append((carry[p[0]], p[1]))
-        elif type(p) is tuple:
+        if type(p) is Sharded and p.dim in carry:
+            out.append(Sharded(carry[p.dim], p.split_factor))
+        elif type(p) is Sharded:
             out.append(None)
-            fails.append((m, p[0], Fail("symbolic")))
+            moved.append(Moved(m, p.dim, Fail(FailKind.SYMBOLIC)))
         else:
             out.append(p)
-    return plan, out, fails
+    return plan, out, moved
 
 
 # --------------------------------------------------------------------------------------------
@@ -244,15 +243,15 @@ class Sym:
 
     # The engine orders sizes only where ranks differ (uneven sizes): not for symbols.
     def __lt__(self, other: Any) -> bool:
-        raise _Symbolic
+        raise SymbolicStep
 
     __le__ = __gt__ = __ge__ = __lt__
 
     def __neg__(self) -> Any:
-        raise _Symbolic
+        raise SymbolicStep
 
     def __sub__(self, other: Any) -> Any:
-        raise _Symbolic
+        raise SymbolicStep
 
     def __str__(self) -> str:
         return self.facts.format(self.num, self.den)
@@ -320,7 +319,7 @@ def _symbolic(
         return c if c < LIMIT else Sym(c, 1, codes.hint(c), facts)
 
     try:
-        snorm = [(p[0], sym(p[1])) if type(p) is tuple else p for p in norm]
+        snorm = [Sharded(p.dim, sym(p.split_factor)) if type(p) is Sharded else p for p in norm]
         return snorm, tuple(sym(n) for n in shape), _map_rule(rule, sym)
     except _Uncoded:
         return None
@@ -333,23 +332,23 @@ class _Uncoded(Exception):
 def _one_at_hints(p: Any, facts: SymFacts) -> Any:
     """A split factor that is 1 at the hints is ``Shard`` there, and is spelled so, with the
     fact that it is 1 guarded (the facts it came from pin its symbols already)."""
-    if type(p) is not tuple or type(p[1]) is not Sym or p[1].hint != 1:
+    if type(p) is not Sharded or type(p.split_factor) is not Sym or p.split_factor.hint != 1:
         return p
-    sf = p[1]
+    sf = p.split_factor
     g = gcd(sf.num, sf.den)
     facts.pending.append((False, sf.num // g, sf.den // g))
-    return (p[0], 1)
+    return Sharded(p.dim, 1)
 
 
 def _decoded(p: Any, codes: Codes) -> Any:
     """A placement with its split factor an int or a SymInt again."""
-    if type(p) is not tuple or type(p[1]) is not Sym:
+    if type(p) is not Sharded or type(p.split_factor) is not Sym:
         return p
-    sf = p[1]
+    sf = p.split_factor
     g = gcd(sf.num, sf.den)
     num, den = sf.num // g, sf.den // g
     size = codes.size(num, sf.hint) if den == 1 else codes.size(num) // codes.size(den)
-    return (p[0], size)
+    return Sharded(p.dim, size)
 
 
 _new = object.__new__

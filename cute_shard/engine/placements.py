@@ -1,0 +1,116 @@
+"""DTensor placements in and out of the engine.
+
+``parse_placements`` checks torch's placements against the tensor and the mesh and reads each
+as a :data:`~cute_shard.engine.types.MeshPlacement` (``None``, a ``Sharded(dim, split
+factor)``, or the Partial); ``to_torch`` writes one back as the canonical torch placement,
+shared where it can be (placements are immutable values, and constructing a
+``_StridedShard`` costs more than deciding it).
+
+Worked example: on mesh ``(2, 4)`` a 3-D tensor's ``[Shard(-1), _StridedShard(0,
+split_factor=2)]`` reads as ``(Sharded(2, 1), Sharded(0, 2))``; ``to_torch(Sharded(0, 1))``
+is ``Shard(0)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from torch.distributed.tensor.placement_types import (
+    Partial,
+    Placement,
+    Replicate,
+    Shard,
+    _StridedShard,
+)
+
+from .types import MeshPlacement, Sharded
+
+__all__ = ["REPLICATE", "cache_clear", "parse_placements", "to_torch"]
+
+REPLICATE = Replicate()
+# The placements most views give, made once; others are made when first given (a bounded
+# cache, emptied by cache_clear).
+_MADE: dict[tuple[int, int], Placement] = {(d, 1): Shard(d) for d in range(64)}
+_MADE.update({(d, sf): _StridedShard(d, split_factor=sf) for d in range(8) for sf in range(2, 65)})
+_STRIDED: dict[tuple[int, Any], Placement] = {}
+_STRIDED_LIMIT = 4096
+
+
+def parse_placements(
+    placements: Sequence[Placement], ndim: int, mesh: tuple[int, ...]
+) -> tuple[MeshPlacement, ...]:
+    """Check ``placements`` against the tensor rank and the mesh (ValueError names the bad
+    one) and read each as ``None``, ``Sharded(dim, split factor)`` or the Partial."""
+    if len(placements) != len(mesh):
+        raise ValueError(
+            f"got {len(placements)} placements for a mesh of {len(mesh)} dims "
+            f"{tuple(mesh)}: give exactly one placement per mesh dim"
+        )
+    out: list[MeshPlacement] = []
+    p: Any  # (dispatched on ``type(p)`` first, which mypy does not narrow)
+    for m, p in enumerate(placements):
+        size = mesh[m]
+        if type(size) is not int or size < 1:
+            raise ValueError(f"mesh dim {m} has size {size!r}; mesh sizes must be ints >= 1")
+        # type() first: isinstance on torch's placements goes through a slow metaclass hook
+        kind = type(p)
+        if kind is Shard:
+            sf: Any = 1
+        elif kind is Replicate:
+            out.append(None)
+            continue
+        elif kind is Partial:
+            out.append(p)
+            continue
+        elif kind is _StridedShard or isinstance(p, _StridedShard):
+            sf = p.split_factor
+            if type(sf) is int and sf < 1:
+                raise ValueError(f"mesh dim {m}: _StridedShard split_factor must be >= 1, got {sf}")
+        elif isinstance(p, Shard):
+            sf = 1
+        elif isinstance(p, Partial):
+            out.append(p)
+            continue
+        elif isinstance(p, Replicate):
+            out.append(None)
+            continue
+        else:
+            raise ValueError(f"mesh dim {m}: unsupported placement {p!r}")
+        dim = p.dim
+        if dim < 0 or dim >= ndim:
+            if not -ndim <= dim < ndim:
+                raise ValueError(
+                    f"mesh dim {m} shards tensor dim {dim}, out of range for a tensor of "
+                    f"{ndim} dims (expected -{ndim} <= dim < {ndim})"
+                )
+            dim += ndim
+        out.append(Sharded(dim, sf))
+    return tuple(out)
+
+
+def to_torch(p: MeshPlacement) -> Placement:
+    """The canonical torch placement (shared: placements are immutable)."""
+    if p is None:
+        return REPLICATE
+    if type(p) is not Sharded:
+        return p  # type: ignore[return-value]  # a Partial, as the caller gave it
+    dim, sf = p
+    if type(sf) is not int:
+        return _StridedShard(dim, split_factor=sf)  # a SymInt split factor
+    placement = _MADE.get(p)
+    if placement is not None:
+        return placement
+    if sf == 1:
+        return Shard(dim)
+    placement = _STRIDED.get(p)
+    if placement is None:
+        if len(_STRIDED) >= _STRIDED_LIMIT:
+            _STRIDED.clear()
+        placement = _STRIDED[p] = _StridedShard(dim, split_factor=sf)
+    return placement
+
+
+def cache_clear() -> None:
+    """Forget the placements made since the last call."""
+    _STRIDED.clear()
