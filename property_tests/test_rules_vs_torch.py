@@ -14,7 +14,8 @@ Where torch's builder is wrong or crashes on legal input (documented in
 those branches are marked ``torch bug``.  Illegal arguments must give
 ``ValueError`` from ours.  A last group checks SymInt shapes: a symbolic rule
 is either ``UndecidableRule`` or the concrete rule at the hints, and no guard
-is installed.
+is installed.  ``view_groups`` is one walk over a size comparator; every view
+runs through each (ints, monomial codes, the ShapeEnv) and they must agree.
 
 The number of examples comes from the hypothesis profile (property_tests/conftest.py).
 """
@@ -33,8 +34,7 @@ from torch.distributed.tensor._ops import _view_ops as tv
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 import cute_shard.rules as R
-from cute_shard.rules import UndecidableRule, map_sizes
-from cute_shard.rules.builders import _view_groups_sym
+from cute_shard.rules import AskedSizes, CodedSizes, IntSizes, UndecidableRule, map_sizes
 from cute_shard.rules.torch_compat import from_torch, to_torch
 
 from .engine_strategies import merged
@@ -102,7 +102,7 @@ def test_view_groups_matches_torch(data: st.DataObject, src: tuple[int, ...]) ->
         numel *= s
     dst = data.draw(st.one_of(reshape_target(numel), merged(src)))
     ours = R.view_groups(src, dst)
-    assert _view_groups_sym(src, dst) == ours  # generic path == int fast path
+    _same_with_every_comparator(src, dst, ours)
     assert R.canonicalize(ours) == ours
     assert len(ours) == _meta(src).view(dst).ndim
     if dst == ():
@@ -112,6 +112,42 @@ def test_view_groups_matches_torch(data: st.DataObject, src: tuple[int, ...]) ->
         assert ours == ()
         return
     same(ours, tv.view_groups(src, dst))
+
+
+def _same_with_every_comparator(src: tuple[int, ...], dst: tuple[int, ...], ours: R.Rule) -> None:
+    """On ints, every size comparator makes the same decisions: the same rule, recording the
+    same ``out_shape`` and ``carry``."""
+    for sizes in (IntSizes(), CodedSizes("view_groups"), AskedSizes("view_groups")):
+        rule = R.view_groups(src, dst, sizes=sizes)
+        assert type(rule) is R.ViewRule and rule == ours
+        assert (rule.shape, rule.out_shape, rule.carry) == (
+            ours.shape,  # type: ignore[attr-defined]
+            ours.out_shape,  # type: ignore[attr-defined]
+            ours.carry,  # type: ignore[attr-defined]
+        )
+
+
+SMALL_SIZES = st.lists(st.sampled_from([0, 1, 2, 3, 4, 6]), max_size=2).map(tuple)
+
+
+@given(data=st.data(), ends=st.tuples(SMALL_SIZES, SMALL_SIZES))
+def test_view_groups_of_empty_tensors(
+    data: st.DataObject, ends: tuple[tuple[int, ...], tuple[int, ...]]
+) -> None:
+    """Views of numel 0: legal exactly when torch's are, the rank of torch's output, and the
+    same rule from every size comparator."""
+    src = (*ends[0], 0, *ends[1])
+    dst = data.draw(st.lists(st.sampled_from([-1, 0, 1, 2, 3, 4, 6]), max_size=4).map(tuple))
+    try:
+        out_ndim = _meta(src).view(dst).ndim
+    except RuntimeError:
+        with pytest.raises(ValueError, match="view_groups"):
+            R.view_groups(src, dst)
+        return
+    ours = R.view_groups(src, dst)
+    assert len(ours) == out_ndim
+    assert R.canonicalize(ours) == ours
+    _same_with_every_comparator(src, dst, ours)
 
 
 @given(data=st.data(), src=SHAPE)
@@ -361,8 +397,12 @@ def _products(atoms: Sequence[Any], runs: Sequence[tuple[int, int]]) -> tuple[An
 @settings(deadline=None)
 @given(data=st.data(), hints=ATOM_HINTS)
 def test_symint_view_groups_equals_concrete_at_hints(data: st.DataObject, hints: list[int]) -> None:
+    """Each view runs through every size comparator: the default (ints, else the codes and
+    then the ShapeEnv), the codes alone and the ShapeEnv alone. A rule any of them returns
+    is the concrete rule at the hints; the ShapeEnv decides whatever the codes decide; none
+    installs a guard."""
     env = ShapeEnv()
-    # each atom is a backed symbol or (sometimes) a plain int
+    # each atom is a backed symbol or (sometimes) a plain int; sometimes one is 0 (numel 0)
     atoms: list[Any] = []
     for i, h in enumerate(hints):
         if data.draw(st.booleans()):
@@ -370,6 +410,11 @@ def test_symint_view_groups_equals_concrete_at_hints(data: st.DataObject, hints:
         else:
             sym = env.create_symbol(h, ConstantSource(f"atom{i}"))
             atoms.append(env.create_symintnode(sym, hint=h))
+    empty = data.draw(st.integers(0, 4)) == 0
+    if empty:
+        at = data.draw(st.integers(0, len(atoms)))
+        atoms.insert(at, 0)
+        hints = [*hints[:at], 0, *hints[at:]]
     src_runs = data.draw(partition(len(atoms)))
     dst_runs = data.draw(partition(len(atoms)))
     # Sometimes the target regroups the atoms in another order: same numel, but
@@ -379,21 +424,32 @@ def test_symint_view_groups_equals_concrete_at_hints(data: st.DataObject, hints:
     dst_hints = [hints[i] for i in order] if order else hints
     src, dst = _products(atoms, src_runs), _products(dst_atoms, dst_runs)
     src_h, dst_h = _products(hints, src_runs), _products(dst_hints, dst_runs)
-    if data.draw(st.booleans()):
+    if not empty and data.draw(st.booleans()):
         i = data.draw(st.integers(0, len(dst) - 1))
         dst, dst_h = (*dst[:i], -1, *dst[i + 1 :]), (*dst_h[:i], -1, *dst_h[i + 1 :])
+    concrete = R.view_groups(src_h, dst_h)
     guards = len(env.guards)
-    # Same atom order: every comparison is between prefix products, one a
-    # multiple of the other, so it is always decidable.
-    same_order = order is None or list(order) == sorted(order)
-    try:
-        rule = R.view_groups(src, dst)
-    except UndecidableRule:
-        assert not same_order
-        return
-    finally:
-        assert len(env.guards) == guards, "view_groups installed a guard"
-    assert map_sizes(rule, _hint) == R.view_groups(src_h, dst_h)
+    rules: dict[str, R.Rule | None] = {}
+    for name, sizes in (
+        ("default", None),
+        ("codes", CodedSizes("view_groups")),
+        ("asked", AskedSizes("view_groups")),
+    ):
+        try:
+            rules[name] = R.view_groups(src, dst, sizes=sizes)
+        except UndecidableRule:
+            rules[name] = None
+        assert len(env.guards) == guards, f"view_groups ({name}) installed a guard"
+    for rule in rules.values():
+        if rule is not None:
+            assert map_sizes(rule, _hint) == concrete
+    if rules["codes"] is not None:
+        assert rules["asked"] is not None
+    assert (rules["default"] is None) == (rules["codes"] is None and rules["asked"] is None)
+    # Same atom order: every comparison is between prefix products, one a multiple of the
+    # other, so the codes decide it (an empty tensor's view compares single dims instead).
+    if not empty and (order is None or list(order) == sorted(order)):
+        assert rules["codes"] is not None
 
 
 def _hint(x: Any) -> int:

@@ -83,108 +83,144 @@ def make_plan(
         made, made_carry = rule.out_shape, rule.carry
         if made is not None and made_carry is not None:  # (recorded with ``shape``)
             return Plan(made_carry, {}, Group.view(shape, made), made, -1)
-    ndim = len(shape)
-    ints = True  # (symbolic sizes need the symbolic engine only where the plan computes)
-    for n in shape:
-        if type(n) is not int:
-            ints = False
-            break
-    if ints and ndim and min(shape) < 0:
-        d = next(d for d, n in enumerate(shape) if n < 0)
-        raise ValueError(f"input dim {d} has size {shape[d]}; sizes must be >= 0")
-    used = [-1] * ndim  # each input dim's (first) output dim
-    out: list[Size] = []
-    carry: dict[int, int] = {}
-    splits: dict[tuple[int, ...], list[Any]] | None = None  # dims -> [sizes, pieces bitmask]
-    last = -1  # the last input dim of the specs read so far, if they are in order
-    in_order = True
-    is_view = False  # a Flatten or a Split that keeps the size: only view-family ops
-    plain = True  # only InputDim, Flatten, Split and Singleton
-    grouped = False  # some spec reads input dims other than whole (a group to route)
-    prev: Any = None  # (dims, piece) of the last Split piece, if it was the last spec
+    scan = _Scan(shape, static)
     spec: Any  # (dispatched on ``type(spec)`` once per spec, which mypy does not narrow)
     for o, spec in enumerate(rule):
         cls = type(spec)
         if cls is InputDim:
-            d = spec.input_dim
-            if d >= ndim or used[d] >= 0:
-                _bad_dim(d, ndim)
-            used[d] = o
-            carry[d] = o
-            out.append(shape[d])
-            if d <= last:
-                in_order = False
-            last = d
-            prev = None
+            scan.input_dim(o, spec.input_dim)
         elif cls is Split:
-            src = spec.input_dim
-            dims = (src.input_dim,) if type(src) is InputDim else getattr(src, "dims", None)
-            if dims is None:
-                raise ValueError(f"a Split can only split an input dim or a Flatten, got {src}")
-            sizes = spec.group_shape
-            j = spec.split_id
-            if static and (not ints or type(sizes[j]) is not int):
-                raise NotStatic
-            if splits is None:
-                splits = {}
-            entry = splits.get(dims)
-            if entry is None:
-                for d in dims:
-                    if d >= ndim or used[d] >= 0:
-                        _bad_dim(d, ndim)
-                    used[d] = o
-                entry = splits[dims] = [sizes, 0]
-            if entry[1] >> j & 1 or len(sizes) != len(entry[0]):
-                raise ValueError(f"rule has piece {j} of {spec} twice, or pieces of two splits")
-            entry[1] |= 1 << j
-            if j == 0:
-                if dims[0] <= last:
-                    in_order = False
-                last = dims[-1]
-            elif prev != (dims, j - 1):
-                in_order = False  # a view's pieces come in order (size-1 dims between)
-            prev = (dims, j)
-            grouped = True
-            out.append(sizes[j])
+            scan.split(o, spec)
         elif cls is Flatten:
-            if static and not ints:
-                raise NotStatic
-            dims = spec.dims
-            size: Size = 1
-            for d in dims:
-                if d >= ndim or used[d] >= 0:
-                    _bad_dim(d, ndim)
-                used[d] = o
-                size = size * shape[d]
-            out.append(size)
-            if dims[0] <= last:
-                in_order = False
-            last = dims[-1]
-            is_view = grouped = True
-            prev = None
+            scan.flatten(o, spec.dims)
         elif cls is Singleton:
-            out.append(1)
+            scan.out.append(1)
         else:
-            if static and not ints:
-                raise NotStatic
-            out.append(_special(spec, o, shape, used, static))
-            plain = in_order = False
-            grouped = True  # (a broadcast or repeat of an input dim is a group)
-    if -1 in used:
-        _check_dropped(rule, shape, used, complex_view)
-    if splits is not None:
-        if _check_splits(splits, shape):
-            plain = in_order = False  # view_as_real
-        else:
-            is_view = True  # a Split that keeps the size: only view-family ops
-    if plain and in_order and not is_view:
-        # InputDims and Singletons only: a view if it both drops and adds a dim (squeeze only
-        # drops, unsqueeze only adds); otherwise every dim moves whole.
-        is_view = len(out) > len(carry) and -1 in used
-    outs = tuple(out)
-    return _readings(
-        rule, shape, complex_view, static, outs, carry, in_order, is_view, ints, grouped
-    )
+            scan.special(o, spec)
+    scan.finish(rule, complex_view)
+    return _readings(rule, complex_view, scan)
+
+
+class _Scan:
+    """One pass over a rule's specs for an input of ``shape``, each read by the method for its
+    kind, checking each against the shape (ValueError; :class:`NotStatic` where ``static`` and
+    a size it must compute with is symbolic).
+
+    It finds ``out`` (the output sizes), ``used[d]`` (input dim d's first output dim, -1 if
+    none), ``carry`` (input dim -> the output dim it moves to whole), ``splits`` (a Split's
+    input dims -> ``[sizes, bitmask of the pieces seen]``), and what the rule is:
+    ``in_order`` (the specs read the input dims in order, a Split's pieces together),
+    ``is_view`` (a Flatten or a Split that keeps the size: only view-family ops), ``plain``
+    (only InputDim, Flatten, Split and Singleton) and ``grouped`` (some spec reads input dims
+    other than whole: a group to route)."""
+
+    __slots__ = (
+        "carry", "grouped", "in_order", "ints", "is_view", "last", "ndim", "out", "plain",
+        "prev", "shape", "splits", "static", "used",
+    )  # fmt: skip
+
+    def __init__(self, shape: tuple[Size, ...], static: bool) -> None:
+        self.shape = shape
+        self.static = static
+        ndim = self.ndim = len(shape)
+        ints = True  # (symbolic sizes need the symbolic engine only where the plan computes)
+        for n in shape:
+            if type(n) is not int:
+                ints = False
+                break
+        if ints and ndim and min(shape) < 0:
+            d = next(d for d, n in enumerate(shape) if n < 0)
+            raise ValueError(f"input dim {d} has size {shape[d]}; sizes must be >= 0")
+        self.ints = ints
+        self.used = [-1] * ndim
+        self.out: list[Size] = []
+        self.carry: dict[int, int] = {}
+        self.splits: dict[tuple[int, ...], list[Any]] | None = None
+        self.last = -1  # the last input dim of the specs read so far, if they are in order
+        self.prev: Any = None  # (dims, piece) of the last Split piece, if it was the last spec
+        self.in_order = self.plain = True
+        self.is_view = self.grouped = False
+
+    def _take(self, d: int, o: int) -> None:
+        """Input dim ``d`` is read by output dim ``o`` (once: a rule reads each dim once)."""
+        if d >= self.ndim or self.used[d] >= 0:
+            _bad_dim(d, self.ndim)
+        self.used[d] = o
+
+    def _next(self, first: int, last: int) -> None:
+        """The specs read input dims ``first..last`` next."""
+        if first <= self.last:
+            self.in_order = False
+        self.last = last
+
+    def input_dim(self, o: int, d: int) -> None:
+        self._take(d, o)
+        self.carry[d] = o
+        self.out.append(self.shape[d])
+        self._next(d, d)
+        self.prev = None
+
+    def flatten(self, o: int, dims: tuple[int, ...]) -> None:
+        if self.static and not self.ints:
+            raise NotStatic
+        size: Size = 1
+        for d in dims:
+            self._take(d, o)
+            size = size * self.shape[d]
+        self.out.append(size)
+        self._next(dims[0], dims[-1])
+        self.is_view = self.grouped = True
+        self.prev = None
+
+    def split(self, o: int, spec: Any) -> None:
+        src = spec.input_dim
+        dims = (src.input_dim,) if type(src) is InputDim else getattr(src, "dims", None)
+        if dims is None:
+            raise ValueError(f"a Split can only split an input dim or a Flatten, got {src}")
+        sizes = spec.group_shape
+        j = spec.split_id
+        if self.static and (not self.ints or type(sizes[j]) is not int):
+            raise NotStatic
+        if self.splits is None:
+            self.splits = {}
+        entry = self.splits.get(dims)
+        if entry is None:
+            for d in dims:
+                self._take(d, o)
+            entry = self.splits[dims] = [sizes, 0]
+        if entry[1] >> j & 1 or len(sizes) != len(entry[0]):
+            raise ValueError(f"rule has piece {j} of {spec} twice, or pieces of two splits")
+        entry[1] |= 1 << j
+        if j == 0:
+            self._next(dims[0], dims[-1])
+        elif self.prev != (dims, j - 1):
+            self.in_order = False  # a view's pieces come in order (size-1 dims between)
+        self.prev = (dims, j)
+        self.grouped = True
+        self.out.append(sizes[j])
+
+    def special(self, o: int, spec: Any) -> None:
+        """A Broadcast, Repeat or NewDim (anything else is a ValueError)."""
+        if self.static and not self.ints:
+            raise NotStatic
+        self.out.append(_special(spec, o, self.shape, self.used, self.static))
+        self.plain = self.in_order = False
+        self.grouped = True  # (a broadcast or repeat of an input dim is a group)
+
+    def finish(self, rule: Sequence[DimSpec], complex_view: bool | None) -> None:
+        """The checks of the whole rule: dropped dims, whole Splits."""
+        used = self.used
+        if -1 in used:
+            _check_dropped(rule, self.shape, used, complex_view)
+        if self.splits is not None:
+            if _check_splits(self.splits, self.shape):
+                self.plain = self.in_order = False  # view_as_real
+            else:
+                self.is_view = True  # a Split that keeps the size: only view-family ops
+        if self.plain and self.in_order and not self.is_view:
+            # InputDims and Singletons only: a view if it both drops and adds a dim (squeeze
+            # only drops, unsqueeze only adds); otherwise every dim moves whole.
+            self.is_view = len(self.out) > len(self.carry) and -1 in used
 
 
 def _check_dropped(
@@ -202,19 +238,9 @@ def _check_dropped(
             )
 
 
-def _readings(
-    rule: Sequence[DimSpec],
-    shape: tuple[Size, ...],
-    complex_view: bool | None,
-    static: bool,
-    out: tuple[Size, ...],
-    carry: dict[int, int],
-    in_order: bool,
-    is_view: bool,
-    ints: bool,
-    grouped: bool,
-) -> Plan:
+def _readings(rule: Sequence[DimSpec], complex_view: bool | None, scan: _Scan) -> Plan:
     """The plan's readings (see the module docstring)."""
+    shape, out, carry, static = scan.shape, tuple(scan.out), scan.carry, scan.static
     tag = type(rule)
     if _complex_op(rule, complex_view):
         pair = _complex_pair(rule, shape)
@@ -228,12 +254,12 @@ def _readings(
         return Plan(*_groups(rule, shape, out, carry, pair), None, out, pair)
     view = None
     group_of: dict[int, Group] = {}
-    if (tag is ViewRule or is_view) and in_order and static:
-        if not ints:
+    if (tag is ViewRule or scan.is_view) and scan.in_order and static:
+        if not scan.ints:
             raise NotStatic
         view = Group.view(shape, out)
         carried = carry
-    elif grouped:
+    elif scan.grouped:
         carried, group_of = _groups(rule, shape, out, carry, -1)
     else:  # every dim moves whole or is dropped: nothing to route
         carried = carry

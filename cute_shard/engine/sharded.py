@@ -258,7 +258,7 @@ def compose_view(sl: ShardedLayout, rule: Sequence[Any]) -> ShardedLayout | None
             if pieces is None:
                 return None
             leaves: tuple[Leaf, ...] = pieces[spec.split_id]
-            size = spec.group_shape[spec.split_id]
+            size = int(spec.group_shape[spec.split_id])
         else:
             routed = _routed(spec, shape, leaves_of, complex_view)
             if routed is None:
@@ -270,9 +270,7 @@ def compose_view(sl: ShardedLayout, rule: Sequence[Any]) -> ShardedLayout | None
         for _, mesh, _ in dim.leaves:
             if mesh != LOCAL and homes.setdefault(mesh, o) != o:
                 return None
-    return ShardedLayout(
-        tuple(dim.size for dim in out), sl.mesh_shape, tuple(out), sl.partial
-    )
+    return ShardedLayout(tuple(dim.size for dim in out), sl.mesh_shape, tuple(out), sl.partial)
 
 
 def _source(spec: Any, leaves_of: list[tuple[Leaf, ...]]) -> list[Leaf]:
@@ -308,20 +306,21 @@ def _routed(
     if isinstance(spec, Singleton):
         return 1, ()
     if isinstance(spec, NewDim):
-        return spec.size, _local(spec.size)
+        return _local(int(spec.size))
     if isinstance(spec, Broadcast):
-        return spec.dim_size, _local(spec.dim_size)
+        return _local(int(spec.dim_size))
     if isinstance(spec, Repeat):
-        inner = spec.input_dim
+        inner, times = spec.input_dim, int(spec.times)
         if isinstance(inner, InputDim):
-            n = shape[inner.input_dim]
-            return n * spec.times, (*leaves_of[inner.input_dim], *_local(spec.times))
-        return spec.times, _local(spec.times)
+            d = inner.input_dim
+            return shape[d] * times, (*leaves_of[d], *_local(times)[1])
+        return _local(times)
     raise ValueError(f"compose_view: unsupported rule entry {spec!r}")
 
 
-def _local(size: int) -> tuple[Leaf, ...]:
-    return ((size, LOCAL, 0),) if size > 1 else ()
+def _local(size: int) -> tuple[int, tuple[Leaf, ...]]:
+    """A dim of ``size`` that every rank holds whole: its size and leaves."""
+    return size, ((size, LOCAL, 0),) if size > 1 else ()
 
 
 def _pieces(
@@ -335,14 +334,12 @@ def _pieces(
     total = 1
     for leaf in leaves:
         total *= leaf[0]
-    if (
-        isinstance(src, InputDim) and len(sizes) == 2 and sizes[0] * sizes[1] != total
-        and sizes[1] == 2 and sizes[0] == total
-    ):  # view_as_real: each complex element becomes a local (real, imag) pair
-        return [tuple(leaves), _local(2)]
+    if isinstance(src, InputDim) and len(sizes) == 2 and sizes[0] == total and sizes[1] == 2:
+        # view_as_real: each complex element becomes a local (real, imag) pair
+        return [tuple(leaves), _local(2)[1]]
     bounds = []  # each piece's [lo, hi) of strides, inner piece first
     inner = 1
-    for size in reversed(sizes):
+    for size in map(int, reversed(sizes)):
         bounds.append((inner, inner * size))
         inner *= size
     pieces: list[list[Leaf]] = [[] for _ in sizes]

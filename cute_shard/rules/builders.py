@@ -15,12 +15,18 @@ Bad arguments raise ``ValueError`` naming the argument and the fix.
 Sizes may be ``torch.SymInt``: decisions go through ``decide_eq`` /
 ``decide_gt`` (the sizes' monomial codes, else ``statically_known_true`` in both
 polarities), so no guard is ever installed, and an undecidable comparison raises
-:class:`~cute_shard.rules.UndecidableRule`.
+:class:`~cute_shard.rules.UndecidableRule`.  ``view_groups``, the one builder
+that compares many sizes, is one walk over a
+:class:`~cute_shard.rules.SizeComparator`: plain ints for int shapes; for
+SymInts the sizes' monomial codes (ints that multiply without making a SymInt),
+and when the codes leave a question open the same walk again asking the
+ShapeEnv.
 
 Speed: rules are built on the sharding-propagation hot path.  Shape arguments
 are normalised to int tuples once; all-int calls of the size-dependent
-builders hit a bounded ``lru_cache``, and ``view_groups`` misses run a flat,
-int-specialised loop with running products (no recursion, no re-multiplying).
+builders hit a bounded ``lru_cache``, and a ``view_groups`` miss walks both
+shapes once with running products, the int comparator's questions being C
+operators and the specs built unchecked (their invariants hold by construction).
 
 Worked example -- ``x.view(4, 6)`` for ``x`` of shape ``(2, 3, 4)``::
 
@@ -36,12 +42,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import lru_cache
-from typing import Any, cast
+from typing import Any
 
-from ._sym import Codes, Size, as_dim, as_size, decide_eq, decide_gt, is_symint
+from ._sym import (
+    INT_SIZES,
+    AskedSizes,
+    CodedSizes,
+    CodesUndecided,
+    Size,
+    SizeComparator,
+    as_dim,
+    as_size,
+    decide_eq,
+    is_symint,
+)
 from .specs import (
-    _FLATTENS,
-    _INPUT_DIMS,
+    INPUT_DIMS,
     SINGLETON,
     Broadcast,
     ComplexRule,
@@ -53,13 +69,7 @@ from .specs import (
     Rule,
     Split,
     ViewRule,
-    _broadcast_raw,
-    _flatten_raw,
-    _new,
-    _set_split_id,
-    _set_split_input,
-    _set_split_shape,
-    _view_rule,
+    flatten_range,
 )
 
 __all__ = [
@@ -91,7 +101,7 @@ ShapeArg = Sequence[Size] | Size
 DimsArg = Sequence[int] | int
 
 _D = InputDim.new  # interned InputDim constructor
-_N_INTERNED = len(_INPUT_DIMS)
+_N_INTERNED = len(INPUT_DIMS)
 
 # Each builder first tries the all-int arguments a model passes, with the checks inlined and
 # interned specs; anything else (SymInts, -1, lists of odd types, errors) takes the general
@@ -113,7 +123,7 @@ def _whole_dims(dims: Sequence[object], ndim: int) -> Rule | None:
         if d < 0 or d >= ndim or seen >> d & 1:
             return None
         seen |= 1 << d
-        out.append(_INPUT_DIMS[d])
+        out.append(INPUT_DIMS[d])
     return tuple(out)
 
 
@@ -180,45 +190,43 @@ def _no_repeats(dims: Sequence[int], op: str, arg: str) -> None:
         seen.add(d)
 
 
-def _prod(sizes: Sequence[Size]) -> Size:
-    p: Size = 1
-    for s in sizes:
-        p = p * s
-    return p
-
-
-def _infer(total: Size, sizes: tuple[Size, ...], op: str, arg: str) -> tuple[Size, ...]:
-    """Replace a single ``-1`` in ``sizes`` so that ``prod(sizes) == total``."""
+def _infer(
+    total: Size, sizes: tuple[Size, ...], cmp: SizeComparator[Any], op: str, arg: str
+) -> tuple[Size, ...]:
+    """Replace a single ``-1`` in ``sizes`` so that ``prod(sizes) == total``: keys of ``cmp``,
+    every decision made by it."""
     infer_at = -1
     known: Size = 1
     for i, s in enumerate(sizes):
         if type(s) is int and s == -1:
             if infer_at >= 0:
                 raise ValueError(
-                    f"{op}: {arg}={sizes} has more than one -1; expected at most one "
-                    "inferred size; fix: give all but one size explicitly"
+                    f"{op}: {arg}={cmp.sizes(sizes)} has more than one -1; expected at most "
+                    "one inferred size; fix: give all but one size explicitly"
                 )
             infer_at = i
         else:
             known = known * s
     if infer_at < 0:
-        if not decide_eq(known, total, op):
+        if not cmp.eq(known, total):
+            known, total = cmp.sizes((known, total))
             raise ValueError(
-                f"{op}: {arg}={sizes} has {known} elements but the input has {total}; "
-                "expected equal element counts; fix: make the sizes multiply to the input numel"
+                f"{op}: {arg}={cmp.sizes(sizes)} has {known} elements but the input has "
+                f"{total}; expected equal element counts; fix: make the sizes multiply to the "
+                "input numel"
             )
         return sizes
-    if decide_eq(known, 0, op):
+    if cmp.eq(known, 0):
         raise ValueError(
-            f"{op}: {arg}={sizes} has a -1 next to a 0 size, so the inferred size is "
-            "ambiguous; fix: give the size explicitly instead of -1"
+            f"{op}: {arg}={cmp.sizes(sizes)} has a -1 next to a 0 size, so the inferred size "
+            "is ambiguous; fix: give the size explicitly instead of -1"
         )
-    # (SymInt's __mod__ is installed at runtime by torch's sym_node; only some releases'
-    # stubs declare it)
-    if not decide_eq(cast(Any, total) % known, 0, op):
+    if not cmp.divides(known, total):
+        known, total = cmp.sizes((known, total))
         raise ValueError(
-            f"{op}: {arg}={sizes}: the input numel {total} is not divisible by {known}, "
-            "so -1 cannot be inferred; fix: make the explicit sizes divide the input numel"
+            f"{op}: {arg}={cmp.sizes(sizes)}: the input numel {total} is not divisible by "
+            f"{known}, so -1 cannot be inferred; fix: make the explicit sizes divide the "
+            "input numel"
         )
     return (*sizes[:infer_at], total // known, *sizes[infer_at + 1 :])
 
@@ -228,306 +236,155 @@ def _infer(total: Size, sizes: tuple[Size, ...], op: str, arg: str) -> tuple[Siz
 # ---------------------------------------------------------------------------
 
 
-def _emit_group(
-    out: list[DimSpec], src: DimSpec, group: tuple[Size, ...], ones: Sequence[bool]
-) -> None:
-    """Append the specs of one output group: ``src`` split into ``group``, where
-    ``ones[i]`` says whether piece i has size 1 (decided by the caller).
-
-    Equivalent to ``Split.new(src, group, i)`` for each ``i`` but computes the
-    size-1-free group once instead of per piece.
-    """
-    if len(group) == 1:
-        out.append(src)
-        return
-    kept = tuple(s for s, one in zip(group, ones, strict=True) if not one)
-    k = 0
-    for one in ones:
-        if one:
-            out.append(SINGLETON)
-        elif len(kept) == 1:
-            out.append(src)
-        else:
-            out.append(Split(src, kept, k))
-            k += 1
-
-
-@lru_cache(maxsize=_CACHE_SIZE)
-def _view_groups_int(from_shape: tuple[int, ...], to_shape: tuple[int, ...]) -> ViewRule:
-    # Int-only twin of _view_groups_sym with comparisons inlined and specs built unchecked
-    # (their invariants hold by construction here); tests check the two agree on ints.
-    total = 1
-    for s in from_shape:
-        total *= s
-    known = 1
-    for s in to_shape:
-        known *= s
-    # (a -1, or sizes that do not multiply out: inferred or refused with the full message)
-    to = (
-        to_shape
-        if known == total and -1 not in to_shape
-        else cast("tuple[int, ...]", _infer(total, to_shape, "view_groups", "to_shape"))
-    )  # (_infer of ints gives ints)
-    if total == 0:
-        return _view_rule(_view_groups_empty(from_shape, to))
-    out: list[DimSpec] = []
-    append = out.append
-    carry: dict[int, int] = {}  # input dims moved whole: their output dim
-    dtab = _INPUT_DIMS
-    nf = len(from_shape)
-    nt = len(to)
-    fi = ti = 0
-    while fi < nf or ti < nt:
-        f0, t0 = fi, ti
-        if fi < nf:
-            f = from_shape[fi]
-            fi += 1
-        else:
-            f = 1
-        if ti < nt:
-            t = to[ti]
-            ti += 1
-        else:
-            t = 1
-        if f == 1 and t != 1:
-            ti = t0  # a size-1 input dim maps to nothing; retry t
-            continue
-        if t == 1 and f != 1:
-            fi = f0  # a new size-1 output dim; retry f
-            append(SINGLETON)
-            continue
-        while f != t:
-            if fi < nf and (ti >= nt or t > f):
-                f *= from_shape[fi]
-                fi += 1
-            else:
-                t *= to[ti]
-                ti += 1
-        if ti == t0:
-            continue  # trailing size-1 input dims: nothing to emit
-        if fi == f0:
-            append(SINGLETON)  # trailing size-1 output dims
-            continue
-        src: DimSpec
-        if fi - f0 == 1:
-            src = dtab[f0] if f0 < 64 else InputDim(f0)
-            whole = True
-        else:
-            whole = False
-            src = _FLATTENS.get((f0, fi))  # type: ignore[assignment]
-            if src is None:
-                src = _flatten_raw(
-                    tuple([dtab[i] if i < 64 else InputDim(i) for i in range(f0, fi)]),
-                    tuple(range(f0, fi)),
-                )
-        if ti - t0 == 1:
-            if whole:
-                carry[f0] = len(out)
-            append(src)
-            continue
-        # Split.new(src, group, k) for every piece, with the size-1-free group computed once.
-        group = to[t0:ti]
-        kept = tuple([s for s in group if s != 1]) if 1 in group else group
-        if len(kept) == 1:
-            for s in group:
-                if s != 1 and whole:
-                    carry[f0] = len(out)
-                append(SINGLETON if s == 1 else src)
-            continue
-        k = 0
-        for s in group:
-            if s == 1:
-                append(SINGLETON)
-            else:  # Split(src, kept, k), built unchecked (the loop guarantees it)
-                piece = _new(Split)
-                _set_split_input(piece, src)
-                _set_split_shape(piece, kept)
-                _set_split_id(piece, k)
-                append(piece)
-                k += 1
-    return _view_rule(out, from_shape, to, carry)
-
-
-def _view_groups_empty(from_shape: tuple[Size, ...], to: tuple[Size, ...]) -> list[DimSpec]:
-    """The rule of a view of an empty tensor (numel 0). Any grouping multiplies out (0 == 0),
-    so the dims equal at the front and at the back are moved whole and the rest, widened
-    until both sides of it hold a size-0 dim, is one group: ``(0, 8) -> (0,)`` is
-    ``(flat(d0,d1),)``, ``(5, 0, 2) -> (5, 0, 3)`` is ``(d0, split(flat(d1,d2), (0,3), ..))``."""
+def _view_groups(
+    from_shape: tuple[Size, ...], to_shape: tuple[Size, ...], cmp: SizeComparator[Any], ints: bool
+) -> ViewRule:
+    """The rule of a view from ``from_shape`` to ``to_shape`` (one ``-1`` allowed), every size
+    decision made by ``cmp`` on its keys of the sizes. A rule of int shapes (``ints``) records
+    what the walk read (``ViewRule.out_shape``, ``carry``), except for an empty tensor's."""
     op = "view_groups"
-    nf, nt = len(from_shape), len(to)
-    p = 0
-    while p < nf and p < nt and decide_eq(from_shape[p], to[p], op):
-        p += 1
-    s = 0
-    while s < nf - p and s < nt - p and decide_eq(from_shape[nf - 1 - s], to[nt - 1 - s], op):
-        s += 1
-    lo, f_hi, t_hi = p, nf - s, nt - s
-    if lo == f_hi and lo == t_hi:
-        return [_D(i) for i in range(nf)]
-
-    def has_zero(sizes: tuple[Size, ...]) -> bool:
-        return any(decide_eq(x, 0, op) for x in sizes)
-
-    while not has_zero(from_shape[lo:f_hi]) or not has_zero(to[lo:t_hi]):
-        if lo > 0:
-            lo -= 1
-        else:
-            f_hi, t_hi = min(f_hi + 1, nf), min(t_hi + 1, nt)
-    out: list[DimSpec] = [_D(i) for i in range(lo)]
-    src = Flatten.new([_D(i) for i in range(lo, f_hi)])
-    group = to[lo:t_hi]
-    _emit_group(out, src, group, [decide_eq(x, 1, op) for x in group])
-    out.extend(_D(i) for i in range(f_hi, nf))
-    return out
-
-
-def _view_groups_sym(from_shape: tuple[Size, ...], to_shape: tuple[Size, ...]) -> Rule:
-    if any(decide_eq(x, 0, "view_groups") for x in from_shape):
-        to = _infer(_prod(from_shape), to_shape, "view_groups", "to_shape")
-        return tuple(_view_groups_empty(from_shape, to))
-    # Monomial codes settle the usual comparisons (prefix products, one a multiple of the
-    # other) without the ShapeEnv; anything they leave open is asked of it, from the start.
-    codes = Codes()
-    fc = codes.codes(from_shape)
-    tc = [-1 if type(s) is int and s == -1 else codes.code(s) for s in to_shape]
-    if fc is not None and None not in tc:
-        try:
-            return _view_groups_coded(codes, fc, to_shape, tc)  # type: ignore[arg-type]
-        except _Undecided:
-            pass
-    return _view_groups_asked(from_shape, to_shape)
-
-
-class _Undecided(Exception):
-    """A comparison the codes leave open: ask the ShapeEnv instead."""
-
-
-def _settled(decided: bool | None) -> bool:
-    if decided is None:
-        raise _Undecided
-    return decided
-
-
-def _view_groups_coded(
-    codes: Codes, fc: list[int], to_shape: tuple[Size, ...], tc: list[int]
-) -> Rule:
-    """``_view_groups_asked`` with every comparison made on the sizes' codes."""
-    to, tc = _infer_coded(codes, fc, to_shape, tc)
+    fk = cmp.keys(from_shape)
+    eq = cmp.eq
+    empty = False
+    total: Size = 1
+    for k in fk:
+        empty = empty or eq(k, 0)
+        total = total * k
+    tk = _infer(total, cmp.keys(to_shape), cmp, op, "to_shape")
+    to = cmp.sizes(tk)
+    if empty:
+        return ViewRule.of(_empty_groups(fk, tk, to, cmp))
     out: list[DimSpec] = []
-    nf = len(fc)
-    nt = len(tc)
+    carry: dict[int, int] = {}
+    gt = cmp.gt
+    nf = len(fk)
+    nt = len(tk)
     fi = ti = 0
-    while fi < nf or ti < nt:
-        f0, t0 = fi, ti
-        f = t = 1
-        if fi < nf:
-            f = fc[fi]
-            fi += 1
-        if ti < nt:
-            t = tc[ti]
-            ti += 1
-        f_one = _settled(codes.eq(f, 1))
-        t_one = _settled(codes.eq(t, 1))
-        if f_one and not t_one:
-            if fi == f0:
-                out.append(NewDim.new(to[t0]))
-            else:
-                ti = t0
-            continue
-        if t_one and not f_one:
-            if ti != t0:
-                fi = f0
-                out.append(SINGLETON)
-            continue
-        while not _settled(codes.eq(f, t)):
-            if fi < nf and (ti >= nt or _settled(codes.gt(t, f)) or _settled(codes.eq(t, 0))):
-                f = f * fc[fi]
-                fi += 1
-            elif ti < nt:
-                t = t * tc[ti]
-                ti += 1
-            else:
-                break
-        if ti == t0:
-            continue
-        src = Flatten.new([_D(i) for i in range(f0, fi) if not _settled(codes.eq(fc[i], 0))])
-        pieces = tc[t0:ti] if ti - t0 > 1 else ()
-        _emit_group(out, src, to[t0:ti], [_settled(codes.eq(c, 1)) for c in pieces])
-    return tuple(out)
-
-
-def _infer_coded(
-    codes: Codes, fc: list[int], to_shape: tuple[Size, ...], tc: list[int]
-) -> tuple[tuple[Size, ...], list[int]]:
-    """``_infer`` on codes: the target with its ``-1`` inferred (a code of -1 marks it)."""
-    total = 1
-    for c in fc:
-        total *= c
-    at = [i for i, c in enumerate(tc) if c == -1]
-    known = 1
-    for c in tc:
-        if c != -1:
-            known *= c
-    if not at:
-        if known != total:
-            raise _Undecided  # unequal element counts, or equal in a way codes cannot see
-        return to_shape, tc
-    if len(at) > 1 or known == 0 or total % known:
-        raise _Undecided  # the errors (and anything unusual) are _infer's
-    i = at[0]
-    q = total // known
-    return (*to_shape[:i], codes.size(q), *to_shape[i + 1 :]), [*tc[:i], q, *tc[i + 1 :]]
-
-
-def _view_groups_asked(from_shape: tuple[Size, ...], to_shape: tuple[Size, ...]) -> Rule:
-    op = "view_groups"
-    to = _infer(_prod(from_shape), to_shape, op, "to_shape")
-    out: list[DimSpec] = []
-    nf = len(from_shape)
-    nt = len(to)
-    fi = ti = 0
+    # Both numels are equal and nonzero: past either side's end, the other's product is 1.
     while fi < nf or ti < nt:
         f0, t0 = fi, ti
         f: Size = 1
         t: Size = 1
         if fi < nf:
-            f = from_shape[fi]
+            f = fk[fi]
             fi += 1
         if ti < nt:
-            t = to[ti]
+            t = tk[ti]
             ti += 1
-        f_one = decide_eq(f, 1, op)
-        t_one = decide_eq(t, 1, op)
-        if f_one and not t_one:
-            if fi == f0:
-                out.append(NewDim.new(t))
-            else:
-                ti = t0
-            continue
-        if t_one and not f_one:
-            if ti != t0:
-                fi = f0
+        if not eq(f, t):
+            if eq(f, 1):
+                ti = t0  # a size-1 input dim maps to nothing; retry t
+                continue
+            if eq(t, 1):
+                fi = f0  # a new size-1 output dim; retry f
                 out.append(SINGLETON)
+                continue
+            # the shortest runs of input and output dims with equal products
+            while True:
+                if fi < nf and (ti >= nt or gt(t, f)):
+                    f = f * fk[fi]
+                    fi += 1
+                else:
+                    t = t * tk[ti]
+                    ti += 1
+                if eq(f, t):
+                    break
+        elif ti == t0:
+            continue  # trailing size-1 input dims: nothing to emit
+        elif fi == f0:
+            out.append(SINGLETON)  # trailing size-1 output dims
             continue
-        while not decide_eq(f, t, op):
-            if fi < nf and (ti >= nt or decide_gt(t, f, op) or decide_eq(t, 0, op)):
-                f = f * from_shape[fi]
-                fi += 1
-            elif ti < nt:
-                t = t * to[ti]
-                ti += 1
+        elif ti - t0 == 1 and fi - f0 == 1:  # one dim moved whole (the usual case)
+            carry[f0] = len(out)
+            out.append(INPUT_DIMS[f0] if f0 < _N_INTERNED else InputDim(f0))
+            continue
+        _emit_group(out, carry, f0, fi, to[t0:ti], tk[t0:ti], cmp)
+    if ints:
+        return ViewRule.of(out, from_shape, to, carry)  # type: ignore[arg-type]
+    return ViewRule.of(out)
+
+
+def _emit_group(
+    out: list[DimSpec],
+    carry: dict[int, int],
+    f0: int,
+    fi: int,
+    group: tuple[Size, ...],
+    keys: tuple[Size, ...],
+    cmp: SizeComparator[Any],
+) -> None:
+    """Append the specs of one group: input dims ``f0 .. fi-1`` split into the output sizes
+    ``group`` (``keys``: their keys). Each piece is ``Split.new(src, group, i)``, with the
+    size-1-free group computed once; an input dim moved whole is recorded in ``carry``."""
+    src = flatten_range(f0, fi)
+    whole = fi - f0 == 1
+    if len(group) == 1:  # (its size is never asked about)
+        if whole:
+            carry[f0] = len(out)
+        out.append(src)
+        return
+    ones = [cmp.eq(k, 1) for k in keys]
+    kept = tuple([s for s, one in zip(group, ones, strict=True) if not one])
+    if len(kept) == 1:
+        for one in ones:
+            if one:
+                out.append(SINGLETON)
             else:
-                break
-        if ti == t0:
-            continue
-        src = Flatten.new([_D(i) for i in range(f0, fi) if not decide_eq(from_shape[i], 0, op)])
-        group = to[t0:ti]
-        # A single piece is the source itself: its size is never asked about.
-        _emit_group(out, src, group, [decide_eq(x, 1, op) for x in group] if len(group) > 1 else ())
-    return tuple(out)
+                if whole:
+                    carry[f0] = len(out)
+                out.append(src)
+        return
+    k = 0
+    for one in ones:
+        if one:
+            out.append(SINGLETON)
+        else:  # (a split of two or more sizes, k below their count: checked by construction)
+            out.append(Split.unchecked(src, kept, k))
+            k += 1
 
 
-def view_groups(from_shape: ShapeArg, to_shape: ShapeArg) -> Rule:
+def _empty_groups(
+    fk: tuple[Size, ...], tk: tuple[Size, ...], to: tuple[Size, ...], cmp: SizeComparator[Any]
+) -> list[DimSpec]:
+    """The rule of a view of an empty tensor (numel 0). Any grouping multiplies out (0 == 0),
+    so the dims equal at the front and at the back are moved whole and the rest, widened
+    until both sides of it hold a size-0 dim, is one group: ``(0, 8) -> (0,)`` is
+    ``(flat(d0,d1),)``, ``(5, 0, 2) -> (5, 0, 3)`` is ``(d0, split(flat(d1,d2), (0,3), ..))``.
+    ``fk``, ``tk``: the keys of the input and output sizes, ``to`` the output sizes."""
+    eq = cmp.eq
+    nf, nt = len(fk), len(tk)
+    p = 0
+    while p < nf and p < nt and eq(fk[p], tk[p]):
+        p += 1
+    s = 0
+    while s < nf - p and s < nt - p and eq(fk[nf - 1 - s], tk[nt - 1 - s]):
+        s += 1
+    lo, f_hi, t_hi = p, nf - s, nt - s
+    if lo == f_hi and lo == t_hi:
+        return [_D(i) for i in range(nf)]
+    while not _has_zero(fk[lo:f_hi], cmp) or not _has_zero(tk[lo:t_hi], cmp):
+        if lo > 0:
+            lo -= 1
+        else:
+            f_hi, t_hi = min(f_hi + 1, nf), min(t_hi + 1, nt)
+    out: list[DimSpec] = [_D(i) for i in range(lo)]
+    _emit_group(out, {}, lo, f_hi, to[lo:t_hi], tk[lo:t_hi], cmp)
+    out.extend(_D(i) for i in range(f_hi, nf))
+    return out
+
+
+def _has_zero(keys: tuple[Size, ...], cmp: SizeComparator[Any]) -> bool:
+    return any(cmp.eq(k, 0) for k in keys)
+
+
+@lru_cache(maxsize=_CACHE_SIZE)
+def _view_groups_of_ints(from_shape: tuple[int, ...], to_shape: tuple[int, ...]) -> ViewRule:
+    return _view_groups(from_shape, to_shape, INT_SIZES, True)
+
+
+def view_groups(
+    from_shape: ShapeArg, to_shape: ShapeArg, *, sizes: SizeComparator[Any] | None = None
+) -> Rule:
     """Rule of ``view``, ``reshape``, ``_unsafe_view`` and ``view_copy`` to ``to_shape``.
 
     Walks both shapes once, grouping the shortest runs of input and output dims
@@ -536,12 +393,17 @@ def view_groups(from_shape: ShapeArg, to_shape: ShapeArg) -> Rule:
     (flattened) inputs.  Size-1 input dims outside a group vanish; size-1
     output dims are ``1``.  ``to_shape`` may contain one ``-1``.
 
+    ``sizes`` makes every size decision (one walk serves them all): by default
+    :class:`~cute_shard.rules.IntSizes` for int shapes, else
+    :class:`~cute_shard.rules.CodedSizes` and, for what the codes leave open,
+    :class:`~cute_shard.rules.AskedSizes`.  Given explicitly, it is used alone.
+
     >>> from cute_shard.rules import format_rule
     >>> format_rule(view_groups((8, 16, 32), (128, 32)))
     '(flat(d0,d1), d2)'
     """
-    if type(from_shape) is tuple and type(to_shape) is tuple:  # the common case, checked inline
-        for s in from_shape:
+    if sizes is None and type(from_shape) is tuple and type(to_shape) is tuple:
+        for s in from_shape:  # the common case, checked inline
             if type(s) is not int or s < 0:
                 break
         else:
@@ -549,12 +411,18 @@ def view_groups(from_shape: ShapeArg, to_shape: ShapeArg) -> Rule:
                 if type(s) is not int or (s < 0 and s != -1):
                     break
             else:
-                return _view_groups_int(from_shape, to_shape)
-    fs, f_int = _sizes(from_shape, "view_groups", "from_shape")
-    ts, t_int = _sizes(to_shape, "view_groups", "to_shape", allow_minus_one=True)
+                return _view_groups_of_ints(from_shape, to_shape)
+    op = "view_groups"
+    fs, f_int = _sizes(from_shape, op, "from_shape")
+    ts, t_int = _sizes(to_shape, op, "to_shape", allow_minus_one=True)
+    if sizes is not None:
+        return _view_groups(fs, ts, sizes, f_int and t_int)
     if f_int and t_int:
-        return _view_groups_int(fs, ts)
-    return _view_rule(_view_groups_sym(fs, ts))  # type: ignore[arg-type]
+        return _view_groups_of_ints(fs, ts)
+    try:
+        return _view_groups(fs, ts, CodedSizes(op), False)
+    except CodesUndecided:  # (what the codes leave open, the ShapeEnv may settle)
+        return _view_groups(fs, ts, AskedSizes(op), False)
 
 
 def unflatten(shape: ShapeArg, dim: int, sizes: ShapeArg) -> Rule:
@@ -575,7 +443,7 @@ def unflatten(shape: ShapeArg, dim: int, sizes: ShapeArg) -> Rule:
                 p *= x
             else:
                 if p == shape[d]:
-                    return _view_groups_int(shape, shape[:d] + sizes + shape[d + 1 :])
+                    return _view_groups_of_ints(shape, shape[:d] + sizes + shape[d + 1 :])
     op = "unflatten"
     s, _ = _sizes(shape, op, "shape")
     d = as_dim(dim, len(s), op, "dim", wrap_scalar=False)
@@ -584,7 +452,7 @@ def unflatten(shape: ShapeArg, dim: int, sizes: ShapeArg) -> Rule:
         raise ValueError(
             f"{op}: sizes must be non-empty, got (); fix: pass the new sizes of dim {dim}"
         )
-    sz = _infer(s[d], sz, op, "sizes")
+    sz = _infer(s[d], sz, AskedSizes(op), op, "sizes")
     return view_groups(s, s[:d] + sz + s[d + 1 :])
 
 
@@ -606,13 +474,8 @@ def flatten(ndim: int, start_dim: int = 0, end_dim: int = -1) -> Rule:
             b = end_dim + ndim if end_dim < 0 else end_dim
             if 0 <= a <= b < ndim:
                 if a == b:
-                    return _INPUT_DIMS[:ndim]
-                return (
-                    *_INPUT_DIMS[:a],
-                    _FLATTENS.get((a, b + 1))
-                    or _flatten_raw(_INPUT_DIMS[a : b + 1], tuple(range(a, b + 1))),
-                    *_INPUT_DIMS[b + 1 : ndim],
-                )
+                    return INPUT_DIMS[:ndim]
+                return (*INPUT_DIMS[:a], flatten_range(a, b + 1), *INPUT_DIMS[b + 1 : ndim])
     op = "flatten"
     n = _ndim(ndim, op)
     start = as_dim(start_dim, n, op, "start_dim")
@@ -624,10 +487,11 @@ def flatten(ndim: int, start_dim: int = 0, end_dim: int = -1) -> Rule:
         )
     if n == 0:
         return (SINGLETON,)
-    out: list[DimSpec] = [_D(i) for i in range(start)]
-    out.append(_D(start) if start == end else Flatten(tuple(_D(i) for i in range(start, end + 1))))
-    out.extend(_D(i) for i in range(end + 1, n))
-    return tuple(out)
+    return (
+        *[_D(i) for i in range(start)],
+        flatten_range(start, end + 1),
+        *[_D(i) for i in range(end + 1, n)],
+    )
 
 
 def ravel(ndim: int) -> Rule:
@@ -693,7 +557,7 @@ def squeeze(shape: ShapeArg, dim: DimsArg | None = None) -> Rule:
                 if type(size) is not int or size < 0:
                     break
                 if size != 1:
-                    out.append(_INPUT_DIMS[i])
+                    out.append(INPUT_DIMS[i])
             else:
                 return tuple(out)
         elif type(dim) is int and -n <= dim < n:
@@ -703,8 +567,8 @@ def squeeze(shape: ShapeArg, dim: DimsArg | None = None) -> Rule:
                     break
             else:
                 if shape[d] != 1:
-                    return _INPUT_DIMS[:n]
-                return _INPUT_DIMS[:d] + _INPUT_DIMS[d + 1 : n]
+                    return INPUT_DIMS[:n]
+                return INPUT_DIMS[:d] + INPUT_DIMS[d + 1 : n]
     op = "squeeze"
     s, _ = _sizes(shape, op, "shape")
     n = len(s)
@@ -724,7 +588,7 @@ def unsqueeze(ndim: int, dim: int) -> Rule:
     if type(ndim) is int and 0 <= ndim < _N_INTERNED and type(dim) is int:
         d = dim + ndim + 1 if dim < 0 else dim
         if 0 <= d <= ndim:
-            return (*_INPUT_DIMS[:d], SINGLETON, *_INPUT_DIMS[d:ndim])
+            return (*INPUT_DIMS[:d], SINGLETON, *INPUT_DIMS[d:ndim])
     op = "unsqueeze"
     n = _ndim(ndim, op)
     d = as_dim(dim, n + 1, op, "dim", wrap_scalar=False)
@@ -809,15 +673,15 @@ def _expand_fast(input_shape: tuple[object, ...], shape: tuple[object, ...]) -> 
         if i < pad:
             if want < 0:
                 return None
-            out.append(SINGLETON if want == 1 else _broadcast_raw(SINGLETON, want))
+            out.append(SINGLETON if want == 1 else Broadcast.unchecked(SINGLETON, want))
             continue
         have = input_shape[i - pad]
         if type(have) is not int or have < 0 or want < -1:
             return None
         if want == -1 or want == have:
-            out.append(_INPUT_DIMS[i - pad])
+            out.append(INPUT_DIMS[i - pad])
         elif have == 1:
-            out.append(_broadcast_raw(_INPUT_DIMS[i - pad], want))
+            out.append(Broadcast.unchecked(INPUT_DIMS[i - pad], want))
         else:
             return None
     return tuple(out)
@@ -913,7 +777,7 @@ def transpose(ndim: int, dim0: int, dim1: int) -> Rule:
         a = dim0 + ndim if dim0 < 0 else dim0
         b = dim1 + ndim if dim1 < 0 else dim1
         if 0 <= a < ndim and 0 <= b < ndim:
-            swapped = list(_INPUT_DIMS[:ndim])
+            swapped = list(INPUT_DIMS[:ndim])
             swapped[a], swapped[b] = swapped[b], swapped[a]
             return tuple(swapped)
     op = "transpose"
@@ -949,7 +813,7 @@ def movedim(ndim: int, source: DimsArg, destination: DimsArg) -> Rule:
             if 0 <= s0 < ndim and 0 <= d0 < ndim:
                 order = [i for i in range(ndim) if i != s0]
                 order.insert(d0, s0)
-                return tuple([_INPUT_DIMS[i] for i in order])
+                return tuple([INPUT_DIMS[i] for i in order])
     op = "movedim"
     n = _ndim(ndim, op)
     src = [as_dim(d, n, op, "source") for d in _dim_list(source, op, "source")]
@@ -973,5 +837,5 @@ def movedim(ndim: int, source: DimsArg, destination: DimsArg) -> Rule:
 
 def cache_clear() -> None:
     """Clear every cache kept by the rule builders."""
-    _view_groups_int.cache_clear()
+    _view_groups_of_ints.cache_clear()
     _expand_int.cache_clear()

@@ -130,15 +130,17 @@ class InputDim(DimSpec):
     @classmethod
     def new(cls, input_dim: int) -> InputDim:
         """Interned ``InputDim`` for small indices (rules reuse them constantly)."""
-        if type(input_dim) is int and 0 <= input_dim < len(_INPUT_DIMS):
-            return _INPUT_DIMS[input_dim]
+        if type(input_dim) is int and 0 <= input_dim < len(INPUT_DIMS):
+            return INPUT_DIMS[input_dim]
         return cls(input_dim)
 
     def __str__(self) -> str:
         return f"d{self.input_dim}"
 
 
-_INPUT_DIMS: tuple[InputDim, ...] = tuple(InputDim(i) for i in range(64))
+INPUT_DIMS: tuple[InputDim, ...] = tuple(InputDim(i) for i in range(64))
+"""``InputDim(0)`` .. ``InputDim(63)``, built once: ``InputDim.new`` hands these out, and
+builders slice them (``INPUT_DIMS[:ndim]`` is the identity rule of an ``ndim``-d tensor)."""
 
 
 @dataclass(frozen=True, slots=True, repr=False)
@@ -169,6 +171,15 @@ class Broadcast(DimSpec):
         if decide_eq(dim_size, 1, "Broadcast.new"):
             return dim
         return cls(dim, dim_size)
+
+    @classmethod
+    def unchecked(cls, dim: DimSpec, dim_size: Size) -> Broadcast:
+        """``Broadcast(dim, dim_size)`` without the checks, for a builder whose construction
+        guarantees them (a DimSpec and a size other than 1)."""
+        b = _new(cls)
+        _set_broadcast_dim(b, dim)
+        _set_broadcast_size(b, dim_size)
+        return b
 
     def inputs(self) -> tuple[DimSpec, ...]:
         return (self.dim,)
@@ -348,6 +359,17 @@ class Split(DimSpec):
             return input_dim
         return cls(input_dim, tuple(kept), new_id)
 
+    @classmethod
+    def unchecked(cls, input_dim: DimSpec, group_shape: tuple[Size, ...], split_id: int) -> Split:
+        """``Split(input_dim, group_shape, split_id)`` without the checks, for a builder whose
+        construction guarantees them (a DimSpec, a tuple of two or more sizes, a valid id):
+        ``view_groups`` builds one per output piece, and the checks would be most of its cost."""
+        piece = _new(cls)
+        _set_split_input(piece, input_dim)
+        _set_split_shape(piece, group_shape)
+        _set_split_id(piece, split_id)
+        return piece
+
     def inputs(self) -> tuple[DimSpec, ...]:
         return (self.input_dim,)
 
@@ -356,7 +378,6 @@ class Split(DimSpec):
 
 
 _new = object.__new__
-_set = object.__setattr__
 
 
 def _slot_setter(cls: type, name: str) -> Callable[[Any, Any], None]:
@@ -365,8 +386,8 @@ def _slot_setter(cls: type, name: str) -> Callable[[Any, Any], None]:
     return setter
 
 
-# The slots' own setters: a third cheaper than object.__setattr__ by name, and the raw
-# constructors below and the int view builder run on the hot path (one Split per piece).
+# The slots' own setters: a third cheaper than object.__setattr__ by name, and the unchecked
+# constructors run on the hot path (one Split per piece of a view).
 _set_split_input = _slot_setter(Split, "input_dim")
 _set_split_shape = _slot_setter(Split, "group_shape")
 _set_split_id = _slot_setter(Split, "split_id")
@@ -376,31 +397,31 @@ _set_broadcast_dim = _slot_setter(Broadcast, "dim")
 _set_broadcast_size = _slot_setter(Broadcast, "dim_size")
 
 
-def _flatten_raw(input_dims: tuple[InputDim, ...], dims: tuple[int, ...] | None = None) -> Flatten:
-    """Build a Flatten without validation, for builders whose loop guarantees it (``dims``:
-    the indices of ``input_dims``, if the builder has them at hand)."""
+def _flatten_unchecked(lo: int, hi: int) -> Flatten:
+    """``Flatten`` of the input dims ``lo .. hi-1`` (two or more) without the checks."""
     f = _new(Flatten)
-    _set_flatten_inputs(f, input_dims)
-    _set_flatten_dims(f, tuple([d.input_dim for d in input_dims]) if dims is None else dims)
+    _set_flatten_inputs(f, tuple([InputDim.new(i) for i in range(lo, hi)]))
+    _set_flatten_dims(f, tuple(range(lo, hi)))
     return f
 
 
-# Flatten of the consecutive input dims f0 .. fi-1, for the ranks models have, built once like
-# the InputDims (DimSpecs are immutable values): _FLATTENS[(f0, fi)].
+# Flatten of the consecutive input dims lo .. hi-1, for the ranks models have, built once like
+# the InputDims (DimSpecs are immutable values): _FLATTENS[(lo, hi)].
 _FLATTENS: dict[tuple[int, int], Flatten] = {
-    (f0, fi): _flatten_raw(_INPUT_DIMS[f0:fi], tuple(range(f0, fi)))
-    for fi in range(2, 13)
-    for f0 in range(fi - 1)
+    (lo, hi): _flatten_unchecked(lo, hi) for hi in range(2, 13) for lo in range(hi - 1)
 }
 
 
-def _broadcast_raw(dim: DimSpec, dim_size: int) -> Broadcast:
-    """Build a Broadcast without validation, for builders whose loop guarantees it (an int
-    ``dim_size`` other than 1)."""
-    b = _new(Broadcast)
-    _set_broadcast_dim(b, dim)
-    _set_broadcast_size(b, dim_size)
-    return b
+def flatten_range(lo: int, hi: int) -> DimSpec:
+    """The input dims ``lo .. hi-1`` as one spec: ``Flatten.new([InputDim(i) for i in
+    range(lo, hi)])`` for ``0 <= lo < hi``, built once for the ranks models have (up to 12).
+
+    >>> flatten_range(1, 3), flatten_range(2, 3)
+    (flat(d1,d2), d2)
+    """
+    if hi - lo == 1:
+        return InputDim.new(lo)
+    return _FLATTENS.get((lo, hi)) or _flatten_unchecked(lo, hi)
 
 
 Rule: TypeAlias = tuple[DimSpec, ...]
@@ -433,26 +454,29 @@ class ViewRule(tuple):  # type: ignore[type-arg]
     out_shape: tuple[int, ...] | None = None
     carry: dict[int, int] | None = None
 
+    @classmethod
+    def of(
+        cls,
+        specs: Iterable[DimSpec],
+        shape: tuple[int, ...] | None = None,
+        out_shape: tuple[int, ...] | None = None,
+        carry: dict[int, int] | None = None,
+    ) -> ViewRule:
+        """The rule ``specs`` tagged as a view's, recording ``out_shape`` and ``carry`` for
+        the input ``shape`` when one is given (the caller vouches for the Post above)."""
+        r = tuple.__new__(cls, specs)
+        if shape is not None:
+            r.shape = shape
+            r.out_shape = out_shape
+            r.carry = carry
+        return r
+
 
 class ComplexRule(tuple):  # type: ignore[type-arg]
     """The rule of ``view_as_complex`` (see :class:`ViewRule`): its output dim counts complex
     elements, so every rank must hold whole (real, imag) pairs."""
 
     __slots__ = ()
-
-
-def _view_rule(
-    specs: list[DimSpec],
-    shape: tuple[int, ...] | None = None,
-    out_shape: tuple[int, ...] | None = None,
-    carry: dict[int, int] | None = None,
-) -> ViewRule:
-    r = tuple.__new__(ViewRule, specs)
-    if shape is not None:
-        r.shape = shape
-        r.out_shape = out_shape
-        r.carry = carry
-    return r
 
 
 def format_rule(rule: Iterable[DimSpec]) -> str:

@@ -105,16 +105,34 @@ def test_input_dim_new_interns() -> None:
     assert InputDim.new(1000) == InputDim(1000)
 
 
-def test_the_built_once_flattens_are_the_checked_ones() -> None:
-    from cute_shard.rules.specs import _FLATTENS
+def test_flatten_range_is_the_checked_flatten_built_once() -> None:
+    from cute_shard.rules.specs import INPUT_DIMS, flatten_range
 
-    assert len(_FLATTENS) == 66
-    for (f0, fi), spec in _FLATTENS.items():
-        checked = Flatten.new([InputDim(d) for d in range(f0, fi)])
-        assert spec == checked and hash(spec) == hash(checked)
-        assert spec.dims == tuple(range(f0, fi)) == checked.dims
-    rule = view_groups((2, 3, 4), (6, 4))
-    assert rule[0] is _FLATTENS[(0, 2)]
+    assert INPUT_DIMS[:3] == (d0, d1, d2) and InputDim.new(5) is INPUT_DIMS[5]
+    for hi in range(1, 20):
+        for lo in range(hi):
+            spec = flatten_range(lo, hi)
+            checked = Flatten.new([InputDim(d) for d in range(lo, hi)])
+            assert spec == checked and hash(spec) == hash(checked)
+            if isinstance(spec, Flatten):
+                assert spec.dims == tuple(range(lo, hi)) == checked.dims  # type: ignore[attr-defined]
+    assert flatten_range(0, 2) is flatten_range(0, 2)  # the ranks models have: built once
+    assert view_groups((2, 3, 4), (6, 4))[0] is flatten_range(0, 2)
+
+
+def test_unchecked_constructors_build_the_checked_values() -> None:
+    piece = Split.unchecked(d2, (4, 8), 1)
+    assert piece == Split(d2, (4, 8), 1) and hash(piece) == hash(Split(d2, (4, 8), 1))
+    assert Broadcast.unchecked(ONE, 8) == Broadcast(ONE, 8)
+
+
+def test_view_rule_of_tags_and_records() -> None:
+    from cute_shard.rules import ViewRule
+
+    plain = ViewRule.of([d0, d1])
+    assert plain == (d0, d1) and hash(plain) == hash((d0, d1)) and plain.shape is None
+    made = ViewRule.of([flat01 := Flatten((d0, d1))], (2, 3), (6,), {})
+    assert made == (flat01,) and (made.shape, made.out_shape, made.carry) == ((2, 3), (6,), {})
 
 
 # ---------------------------------------------------------------------------

@@ -184,3 +184,48 @@ def test_coded_sizes_settle_what_the_structure_proves(env: Env) -> None:
             question()  # a == b, 4 | a: not the structure's to say
         assert info.value.op == "view_groups" and info.value.question
     assert env.guards() == 0
+
+
+def test_coded_sizes_cannot_hold_another_shape_envs_sizes(env: Env) -> None:
+    other = Env()
+    a, c = env.sym(4), other.sym(6)
+    with pytest.raises(CodesUndecided):
+        R.view_groups((a, c), (a, c), sizes=R.CodedSizes("view_groups"))
+    # the default asks the ShapeEnv instead, with the same walk
+    rule = R.view_groups((a, c), (a, c))
+    assert format_rule(rule) == "(d0, d1)"
+    assert format_rule(R.view_groups((a, c), (a, c), sizes=R.AskedSizes("view_groups"))) == (
+        "(d0, d1)"
+    )
+
+
+def test_what_the_codes_leave_open_is_asked_of_the_shape_env(env: Env) -> None:
+    a, b = env.sym(4), env.sym(6)
+    # (a, b) -> (b, a): a == b is open to the codes and to the ShapeEnv alike
+    with pytest.raises(CodesUndecided):
+        R.view_groups((a, b), (b, a), sizes=R.CodedSizes("view_groups"))
+    with pytest.raises(UndecidableRule) as info:
+        R.view_groups((a, b), (b, a))
+    assert type(info.value) is UndecidableRule  # the ShapeEnv's answer, not the codes'
+    # a size that is not a monomial is an atom of unknown range to the codes (is a + 1
+    # zero?); the ShapeEnv knows a + 1 >= 3
+    with pytest.raises(CodesUndecided, match="== 0"):
+        R.view_groups((a + 1, b), ((a + 1) * b,), sizes=R.CodedSizes("view_groups"))
+    assert format_rule(R.view_groups((a + 1, b), ((a + 1) * b,))) == "(flat(d0,d1),)"
+    assert env.guards() == 0
+
+
+@pytest.mark.parametrize(
+    "sizes", [R.IntSizes(), R.CodedSizes("view_groups"), R.AskedSizes("view_groups")]
+)
+def test_one_infer_for_every_comparator(sizes: R.SizeComparator[Any]) -> None:
+    assert R.view_groups((4, 6), (2, -1, 3), sizes=sizes).out_shape == (2, 4, 3)
+    cases = [
+        ((4, 6), (2, -1, -1), "more than one -1"),
+        ((4, 6), (5, 5), "has 25 elements but the input has 24"),
+        ((0, 6), (0, -1), "ambiguous"),
+        ((4, 6), (5, -1), "not divisible by 5"),
+    ]
+    for src, dst, message in cases:
+        with pytest.raises(ValueError, match=message):
+            R.view_groups(src, dst, sizes=sizes)
