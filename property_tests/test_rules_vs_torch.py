@@ -116,7 +116,11 @@ def test_view_groups_matches_torch(data: st.DataObject, src: tuple[int, ...]) ->
 
 def _same_with_every_comparator(src: tuple[int, ...], dst: tuple[int, ...], ours: R.Rule) -> None:
     """On ints, every size comparator makes the same decisions: the same rule, recording the
-    same ``out_shape`` and ``carry``."""
+    same ``out_shape`` and ``carry`` (which obey ``ViewRule``'s Post)."""
+    if ours.shape is not None:  # type: ignore[attr-defined]
+        assert ours.out_shape == _meta(src).view(dst).shape  # type: ignore[attr-defined]
+        whole = {s.input_dim: o for o, s in enumerate(ours) if type(s) is R.InputDim}
+        assert ours.carry == whole  # type: ignore[attr-defined]
     for sizes in (IntSizes(), CodedSizes("view_groups"), AskedSizes("view_groups")):
         rule = R.view_groups(src, dst, sizes=sizes)
         assert type(rule) is R.ViewRule and rule == ours

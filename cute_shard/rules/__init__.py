@@ -51,11 +51,14 @@ and from torch's classes lives in :mod:`cute_shard.rules.torch_compat` (the
 only module here that imports torch).  :func:`cache_clear` empties the
 builders' bounded ``lru_cache``\\ s.
 
-SymInt sizes: builders never guard.  Every size comparison is decided with
-``statically_known_true`` (both polarities); if neither holds they raise
-:class:`UndecidableRule` (not a ``ValueError``), telling the engine to use its
-fallback.  A rule that *is* returned holds for every admissible value of the
-symbols, in particular the hints.
+SymInt sizes: builders never guard.  Every size comparison is decided by the
+sizes' monomial codes or with ``statically_known_true`` (both polarities); if
+neither settles it they raise :class:`UndecidableRule` (not a ``ValueError``),
+telling the engine to use its fallback.  A rule that *is* returned holds for
+every admissible value of the symbols, in particular the hints.
+``view_groups(..., sizes=...)`` takes the :class:`SizeComparator` that makes its
+decisions (:class:`IntSizes`, :class:`CodedSizes`, :class:`AskedSizes`); by
+default the first that fits.
 
 Agreement with torch: for legal arguments every builder's rule equals torch's
 after ``to_torch``, except where torch's builder is wrong or crashes:
@@ -63,8 +66,9 @@ after ``to_torch``, except where torch's builder is wrong or crashes:
 * ``view_groups`` to a 0-d shape (``()``) -- torch raises IndexError; ours ``()``.
 * ``view_groups`` with size-0 dims -- torch can raise ZeroDivisionError
   (``(0,3)->(3,0)``, ``(0,2)->(0,-1)``) or loop forever (``(0,)->(0,5)``,
-  ``(2,0,3)->(0,)``); ours returns a rule (leftover input dims dropped,
-  leftover output dims ``new(n)``) or a clean ValueError for an ambiguous -1.
+  ``(2,0,3)->(0,)``); ours returns a rule (the dims equal at both ends move
+  whole, the rest is one group holding a size-0 dim on each side) or a clean
+  ValueError for an ambiguous -1.
 * ``view_as_real`` of a 0-d tensor -- torch IndexError; ours ``(new(2),)``.
 * ``view_as_complex`` of a ``(2,)`` tensor -- torch's ``dim_flatten(1, -1)``
   gives ``(d0,)`` for a 0-d output; ours ``()``.
@@ -83,7 +87,15 @@ builder raises AssertionError/IndexError/RuntimeError on bad arguments, ours
 raises ``ValueError``.
 """
 
-from ._sym import AskedSizes, CodedSizes, IntSizes, Size, SizeComparator, UndecidableRule
+from ._sym import (
+    AskedSizes,
+    CodedSizes,
+    CodesUndecided,
+    IntSizes,
+    Size,
+    SizeComparator,
+    UndecidableRule,
+)
 from .builders import (
     atleast_1d,
     atleast_2d,
@@ -131,6 +143,7 @@ __all__ = [
     "AskedSizes",
     "Broadcast",
     "CodedSizes",
+    "CodesUndecided",
     "ComplexRule",
     "DimSpec",
     "Flatten",

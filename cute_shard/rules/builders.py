@@ -298,7 +298,8 @@ def _view_groups(
             carry[f0] = len(out)
             out.append(INPUT_DIMS[f0] if f0 < _N_INTERNED else InputDim(f0))
             continue
-        _emit_group(out, carry, f0, fi, to[t0:ti], tk[t0:ti], cmp)
+        # (a group the inner loop grew: several dims on one side, so no dim moves whole)
+        _emit_group(out, f0, fi, to[t0:ti], tk[t0:ti], cmp)
     if ints:
         return ViewRule.of(out, from_shape, to, carry)  # type: ignore[arg-type]
     return ViewRule.of(out)
@@ -306,33 +307,23 @@ def _view_groups(
 
 def _emit_group(
     out: list[DimSpec],
-    carry: dict[int, int],
     f0: int,
     fi: int,
     group: tuple[Size, ...],
     keys: tuple[Size, ...],
     cmp: SizeComparator[Any],
 ) -> None:
-    """Append the specs of one group: input dims ``f0 .. fi-1`` split into the output sizes
-    ``group`` (``keys``: their keys). Each piece is ``Split.new(src, group, i)``, with the
-    size-1-free group computed once; an input dim moved whole is recorded in ``carry``."""
+    """Append the specs of one group of several dims on a side: input dims ``f0 .. fi-1``
+    split into the output sizes ``group`` (``keys``: their keys). Each piece is
+    ``Split.new(src, group, i)``, with the size-1-free group computed once."""
     src = flatten_range(f0, fi)
-    whole = fi - f0 == 1
     if len(group) == 1:  # (its size is never asked about)
-        if whole:
-            carry[f0] = len(out)
         out.append(src)
         return
     ones = [cmp.eq(k, 1) for k in keys]
     kept = tuple([s for s, one in zip(group, ones, strict=True) if not one])
     if len(kept) == 1:
-        for one in ones:
-            if one:
-                out.append(SINGLETON)
-            else:
-                if whole:
-                    carry[f0] = len(out)
-                out.append(src)
+        out.extend([SINGLETON if one else src for one in ones])
         return
     k = 0
     for one in ones:
@@ -368,7 +359,7 @@ def _empty_groups(
         else:
             f_hi, t_hi = min(f_hi + 1, nf), min(t_hi + 1, nt)
     out: list[DimSpec] = [_D(i) for i in range(lo)]
-    _emit_group(out, {}, lo, f_hi, to[lo:t_hi], tk[lo:t_hi], cmp)
+    _emit_group(out, lo, f_hi, to[lo:t_hi], tk[lo:t_hi], cmp)
     out.extend(_D(i) for i in range(f_hi, nf))
     return out
 

@@ -16,8 +16,7 @@ from torch._dynamo.source import ConstantSource
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 import cute_shard.rules as R
-from cute_shard.rules import UndecidableRule, format_rule, map_sizes
-from cute_shard.rules._sym import CodesUndecided
+from cute_shard.rules import CodesUndecided, UndecidableRule, format_rule, map_sizes
 
 
 class Env:
