@@ -69,7 +69,6 @@ from .types import (
     Size,
     State,
     SymbolicStep,
-    inward,
 )
 
 __all__ = ["CONST", "place", "root", "split_states"]
@@ -121,21 +120,27 @@ def _locate(r: Any, m: int, out_dims: tuple[int, ...] | None, outs: list[Size]) 
     ``ceil(length / sf) == pc`` all chunk alike.
 
     A piece of ``pc = runs*c + t`` rows (``t < c``) chunks over ``m`` into the word ``runs``
-    runs of ``c`` rows then ``t`` exactly when its chunk, ``ceil(pc / m)``, is ``c``."""
+    runs of ``c`` rows then ``t`` exactly when its chunk, ``ceil(pc / m)``, is ``c``. An even
+    root (``runs == m``, ``t == 0``: the gpu sub-mode ``m:a0``) always does: the axis is the
+    one whose local mode ``L:J`` holds the sub-mode (``J | a0`` and ``a0*m | J*L``), split
+    factor ``J*L / (a0*m)``. Only an even root may hold symbolic sizes (``symbolic.Sym``)."""
     a, full, b = r
     a0, runs, last = a
-    if type(a0) is not int:
-        return None
-    for k, length, inner in inward(outs):
-        if type(inner) is not int or a0 % inner:
-            return None
-        if (out_dims is None or out_dims[k] >= 0) and not last % inner:
+    even = runs == m and not last
+    if not even and type(a0) is not int:
+        return None  # uneven chunks of symbolic rows: no answer for every value
+    inner: Size = 1  # the product of the output axes inside axis k
+    for k in range(len(outs) - 1, -1, -1):
+        if a0 % inner:
+            return None  # inner only grows by factors: no axis further out divides a0 either
+        length = outs[k]
+        if (out_dims is None or out_dims[k] >= 0) and (not last or not last % inner):
             c = a0 // inner
-            pc = runs * c + last // inner
-            if -(-pc // m) == c:
+            pc = runs * c if not last else runs * c + last // inner
+            if even or -(-pc // m) == c:
                 if b is None:
                     if not length % pc:
-                        if type(length) is not int:
+                        if type(length) is not int or type(pc) is not int:
                             return Placed(k, length // pc, None)  # symbolic: one state
                         return Placed(k, length // pc, (length - 1) // (pc - 1))
                 elif type(length) is int and not b[0] % inner and not b[2] % inner:
@@ -145,16 +150,15 @@ def _locate(r: Any, m: int, out_dims: tuple[int, ...] | None, outs: list[Size]) 
                         lo, hi = -(-length // pc), (length - 1) // (pc - 1)
                         # (no split factor may chunk the axis into pieces of pc rows)
                         return Placed(k, lo, hi) if lo <= hi else None
+        inner = inner * length
     return None
 
 
 def _place_one(group: Group, state: State, ax: int, sf: Any, m: int) -> Any:
     """Mesh dim's placement in one state: a :class:`Placed`, :data:`CONST` (rank 0 holds all
-    of it), None (the state's ranks hold nothing) or a :class:`Fail`.
-
-    Even (``sf*m`` divides the local length): the gpu sub-mode ``m:s`` of the flat index,
-    ``s = ch*inner``, lands in the output axis whose local mode ``L:J`` holds it (``J | s``
-    and ``s*m | J*L``), split factor ``J*L / (s*m)``. Otherwise the labelling's root says."""
+    of it), None (the state's ranks hold nothing) or a :class:`Fail`: the output axis that
+    holds its labelling's root (:func:`_locate`; even: the gpu sub-mode ``m:s`` of the flat
+    index, ``s = ch*inner``)."""
     ins, outs, empty = state
     if empty:
         return None
@@ -162,31 +166,20 @@ def _place_one(group: Group, state: State, ax: int, sf: Any, m: int) -> Any:
     inner: Size = 1
     for x in ins[ax + 1 :]:
         inner = inner * x
-    q = sf * m
-    if not length % q:
-        s = length // q * inner
-        out_dims = group.out_dims
-        for k, size, inner in inward(outs):
-            if s % inner:
-                break  # inner only grows by factors: no axis further out divides s either
-            if out_dims is None or out_dims[k] >= 0:
-                pc = m * (s // inner)
-                if not size % pc:
-                    if type(size) is not int or type(pc) is not int:
-                        return Placed(k, size // pc, None)  # symbolic: one state, its quotient
-                    return Placed(k, size // pc, (size - 1) // (pc - 1))
-        return Fail(FailKind.STRADDLE, group, state)
     r = root(length, sf, m, inner)
     if r is CONST:
         return CONST
     hit = _locate(r, m, group.out_dims, outs)
-    return Fail(FailKind.UNEVEN, group, state) if hit is None else hit
+    if hit is not None:
+        return hit
+    kind = FailKind.UNEVEN if length % (sf * m) else FailKind.STRADDLE
+    return Fail(kind, group, state)
 
 
 def place(group: Group, states: list[State], d: int, sf: Any, m: int) -> Placed | Fail:
     """Where tensor dim ``d``'s placement ``sf`` on a mesh dim of size ``m`` goes: a
     :class:`Placed` whose split factors work in every state, or a :class:`Fail`."""
-    ax = group.in_axis(d)
+    ax = d if group.axis is None else group.axis[d]  # (group.in_axis, on the hot path)
     try:
         if len(states) == 1:
             hit = _place_one(group, states[0], ax, sf, m)

@@ -2,13 +2,13 @@
 
 ``parse_placements`` checks torch's placements against the tensor and the mesh and reads each
 as a :data:`~cute_shard.engine.types.MeshPlacement` (``None``, a ``Sharded(dim, split
-factor)``, or the Partial); ``to_torch`` writes one back as the canonical torch placement,
+factor)``, or the Partial); ``to_torch`` writes them back as the canonical torch placements,
 shared where it can be (placements are immutable values, and constructing a
 ``_StridedShard`` costs more than deciding it).
 
 Worked example: on mesh ``(2, 4)`` a 3-D tensor's ``[Shard(-1), _StridedShard(0,
-split_factor=2)]`` reads as ``(Sharded(2, 1), Sharded(0, 2))``; ``to_torch(Sharded(0, 1))``
-is ``Shard(0)``.
+split_factor=2)]`` reads as ``(Sharded(2, 1), Sharded(0, 2))``; ``to_torch([Sharded(0, 1),
+None])`` is ``(Shard(0), Replicate())``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from torch.distributed.tensor.placement_types import (
     _StridedShard,
 )
 
-from .types import MeshPlacement, Sharded
+from .types import SHARDS, MeshPlacement, Sharded
 
 __all__ = ["REPLICATE", "cache_clear", "parse_placements", "to_torch"]
 
@@ -56,6 +56,11 @@ def parse_placements(
         # type() first: isinstance on torch's placements goes through a slow metaclass hook
         kind = type(p)
         if kind is Shard:
+            dim = p.dim
+            made = SHARDS.get((dim, 1)) if 0 <= dim < ndim else None
+            if made is not None:  # the common case: a Shard made once
+                out.append(made)
+                continue
             sf: Any = 1
         elif kind is Replicate:
             out.append(None)
@@ -85,22 +90,27 @@ def parse_placements(
                     f"{ndim} dims (expected -{ndim} <= dim < {ndim})"
                 )
             dim += ndim
-        out.append(Sharded(dim, sf))
+        made = SHARDS.get((dim, sf)) if type(sf) is int else None
+        out.append(Sharded(dim, sf) if made is None else made)
     return tuple(out)
 
 
-def to_torch(p: MeshPlacement) -> Placement:
-    """The canonical torch placement (shared: placements are immutable)."""
-    if p is None:
-        return REPLICATE
-    if type(p) is not Sharded:
-        return p  # type: ignore[return-value]  # a Partial, as the caller gave it
+def to_torch(out: Sequence[MeshPlacement]) -> tuple[Placement, ...]:
+    """The canonical torch placements (shared: placements are immutable) of ``out``."""
+    made: list[Placement] = []
+    for p in out:
+        if type(p) is Sharded:
+            placement = _MADE.get(p) if type(p.split_factor) is int else None  # (a SymInt: no hash)
+            made.append(_sharded(p) if placement is None else placement)
+        else:
+            made.append(REPLICATE if p is None else p)  # type: ignore[arg-type]  # a Partial
+    return tuple(made)
+
+
+def _sharded(p: Sharded) -> Placement:
     dim, sf = p
     if type(sf) is not int:
         return _StridedShard(dim, split_factor=sf)  # a SymInt split factor
-    placement = _MADE.get(p)
-    if placement is not None:
-        return placement
     if sf == 1:
         return Shard(dim)
     placement = _STRIDED.get(p)

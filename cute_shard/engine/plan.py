@@ -82,7 +82,13 @@ def make_plan(
     if type(rule) is ViewRule and rule.shape == shape and static and complex_view is not True:
         made, made_carry = rule.out_shape, rule.carry
         if made is not None and made_carry is not None:  # (recorded with ``shape``)
-            return Plan(made_carry, {}, Group.view(shape, made), made, -1)
+            return Plan(
+                made_carry,
+                {},
+                Group.view(shape, made),
+                made,
+                -1,
+            )
     scan = _Scan(shape, static)
     spec: Any  # (dispatched on ``type(spec)`` once per spec, which mypy does not narrow)
     for o, spec in enumerate(rule):

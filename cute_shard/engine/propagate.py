@@ -26,7 +26,7 @@ the input, ``moved`` empty. With ``(12,)`` viewed as ``(2, 6)`` on mesh ``(3,)``
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
 from torch.distributed.tensor.placement_types import Placement
 
@@ -39,7 +39,7 @@ from .placements import cache_clear as clear_placements
 from .plan import as_rule, make_plan
 from .solve import solve
 from .symbolic import propagate_symbolic
-from .types import MeshPlacement, Moved, NotStatic, Plan, Sharded
+from .types import MeshPlacement, Moved, NotStatic, Plan
 
 __all__ = ["ViewDecision", "cache_clear", "decide_view", "propagate_shape_and_sharding"]
 
@@ -58,7 +58,7 @@ class ViewDecision:
         target: tuple[Placement, ...],
         output: tuple[Placement, ...],
         moved: tuple[Moved, ...],
-        question: _Question,
+        question: _Question | None,
     ) -> None:
         self.target = target
         self.output = output
@@ -68,11 +68,11 @@ class ViewDecision:
     @property
     def blocked(self) -> tuple[Blocked, ...]:
         """Each mesh dim that moves, with its reason written out."""
-        return self._question.blocked(self.moved)
+        return () if self._question is None else self._question.blocked(self.moved)
 
     def refusal(self) -> RedistributionRequired | None:
         """The error a strict view of this decision raises (None if nothing moves)."""
-        if not self.moved:
+        if self._question is None:
             return None
         return self._question.refusal(self.moved)
 
@@ -183,7 +183,7 @@ def propagate_shape_and_sharding(
     target, output, moved, question = _decide(
         placements, global_shape, rule, mesh_shape, complex_view, strict_view
     )
-    if moved and strict_view:
+    if question is not None and strict_view:
         raise question.refusal(moved)
     return target, output
 
@@ -195,32 +195,29 @@ def _decide(
     mesh_shape: Sequence[int],
     complex_view: bool | None,
     stop: bool,
-) -> tuple[tuple[Placement, ...], tuple[Placement, ...], list[Moved], _Question]:
-    """The one decision: ``(target, output, moved, question)``. ``stop``: stop at the first
-    mesh dim that moves (a strict view needs no more to refuse; the target and ``moved`` are
-    then partial)."""
+) -> tuple[tuple[Placement, ...], tuple[Placement, ...], list[Moved], _Question | None]:
+    """The one decision: ``(target, output, moved, question)``, the question (what reasons
+    are written from) only where a mesh dim moves. ``stop``: stop at the first mesh dim that
+    moves (a strict view needs no more to refuse; the target and ``moved`` are then
+    partial)."""
     shape = global_shape if type(global_shape) is tuple else tuple(global_shape)
     mesh = mesh_shape if type(mesh_shape) is tuple else tuple(mesh_shape)
     norm = parse_placements(placements, len(shape), mesh)
+    ours: tuple[DimSpec, ...] = rule  # type: ignore[assignment]  # (checked just below)
     if type(rule) is not ViewRule:  # (a rule of any other type keeps its type: it may say its op)
-        rule = as_rule(rule if isinstance(rule, tuple) else tuple(rule))
-    ours = cast("tuple[DimSpec, ...]", rule)
+        ours = as_rule(rule if isinstance(rule, tuple) else tuple(rule))
     try:
         plan = make_plan(ours, shape, complex_view, True)
         out, moved = solve(plan, norm, mesh, None, stop)
     except NotStatic:
         plan, out, moved = propagate_symbolic(norm, shape, ours, mesh, complex_view)
         stop = False  # (the symbolic engine decides every mesh dim)
-    outs = []
-    p: Any  # (read by ``type(p)``, which mypy narrows only where it is a tuple)
-    for p in out:  # the canonical torch placements (Shard(d) and Replicate shared)
-        if type(p) is Sharded:
-            outs.append(to_torch(p))
-        else:
-            outs.append(REPLICATE if p is None else p)
+    outs = to_torch(out)  # the canonical torch placements, shared
     given = placements if type(placements) is tuple else tuple(placements)
-    question = _Question(plan, norm, shape, ours, mesh, given, stop and bool(moved))
-    return (_target(given, moved) if moved else given), tuple(outs), moved, question
+    if not moved:
+        return given, outs, moved, None
+    question = _Question(plan, norm, shape, ours, mesh, given, stop)
+    return _target(given, moved), outs, moved, question
 
 
 def _target(placements: Sequence[Placement], moved: Sequence[Moved]) -> tuple[Placement, ...]:

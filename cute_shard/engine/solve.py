@@ -22,15 +22,15 @@ factor 4: ``[Shard(0), _StridedShard(0, 4)]``, nothing moves.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
 from .decide import place, split_states
 from .types import (
+    SHARDS,
     Cut,
     Fail,
     FailKind,
     Group,
-    Kept,
     MeshPlacement,
     Moved,
     NotStatic,
@@ -85,34 +85,34 @@ def solve(
             continue
         o = plan.carry.get(d)
         if o is not None and not rest:  # the dim moves whole: its placement carries verbatim
-            kept = Kept(o, sf, sf, sf)
+            found, sf_out = o, sf
         else:
             mark = 0 if facts is None else facts.mark()
-            if o is not None:
-                hit: Kept | Fail = Kept(o, sf, sf, sf)
-            else:
-                hit = _keep(plan, states, pending, d, sf, size)
+            hit = _keep(plan, states, pending, d, sf, size)
             for reading in rest:
-                if type(hit) is not Kept:
+                if type(hit) is not Placed:
                     break
                 hit = _meet(hit, _keep(reading, states, pending, d, sf, size))
-            if type(hit) is not Kept:
+            if type(hit) is not Placed:
                 if facts is not None:
                     facts.drop(mark)
-                moved.append(Moved(m, d, cast(Fail, hit)))
+                moved.append(Moved(m, d, hit))  # type: ignore[arg-type]  # (a Fail)
                 if stop:
                     return out, moved
                 out[m] = None
                 continue
-            kept = hit
-        sf_out = kept.split_factor
-        out[m] = Sharded(kept.out_dim, sf_out)
+            found, sf_out = hit.axis, hit.lo  # (the smallest split factor in range)
+        made = SHARDS.get((found, sf_out)) if type(sf_out) is int else None
+        out[m] = Sharded(found, sf_out) if made is None else made
         if m == last:
             break
         for reading in readings:  # the groups' ranks split by the kept mesh dim
             group = reading.view or reading.group_of.get(d)
             if group is not None:
-                cut = Cut(group.in_axis(d), sf, group.out_axis(kept.out_dim), sf_out, size)
+                if group.axis is None:  # a view's group: its axes are the dims
+                    cut = Cut(d, sf, found, sf_out, size)
+                else:
+                    cut = Cut(group.axis[d], sf, group.out_axis(found), sf_out, size)
                 _note(states, pending, group, cut)
     return out, moved
 
@@ -139,30 +139,30 @@ def _keep(
     d: int,
     sf: Any,
     size: int,
-) -> Kept | Fail:
+) -> Placed | Fail:
     """Where mesh dim (size ``size``) sharding input dim ``d`` by ``sf`` stays in one
-    reading, or why it cannot."""
+    reading: a :class:`Placed` whose ``axis`` is the reading's output dim, or why it cannot."""
     o = reading.carry.get(d)
     if o is not None:  # the dim moves whole: its placement carries verbatim
-        return Kept(o, sf, sf, sf)
+        return Placed(o, sf, sf)
     group = reading.view or reading.group_of.get(d)
     if group is None:
         return Fail(FailKind.NOWHERE)
-    st = _states(states, pending, group)
+    st = states[group] if group in states else _first_states(states, pending, group)
     if st is None:
         return Fail(FailKind.SYMBOLIC)
     placed = place(group, st, d, sf, size)
-    if type(placed) is not Placed:
-        return placed  # type: ignore[return-value]  # a Fail
-    return Kept(group.out_dim(placed.axis), placed.lo, placed.hi, None)
+    if type(placed) is Placed and group.out_dims is not None:  # (a view's axes are its dims)
+        return Placed(group.out_dims[placed.axis], placed.lo, placed.hi)
+    return placed
 
 
-def _states(states: States, pending: dict[Group, list[Cut]], group: Group) -> list[State] | None:
-    """``group``'s states: on first asking, its one state before any mesh dim (the global
-    sizes, as lists: an even step divides them in place), cut by the kept mesh dims noted so
-    far; None where a symbolic uneven step left them unknown."""
-    if group in states:
-        return states[group]
+def _first_states(
+    states: States, pending: dict[Group, list[Cut]], group: Group
+) -> list[State] | None:
+    """``group``'s states when a placement first asks: its one state before any mesh dim (the
+    global sizes, as lists: an even step divides them in place), cut by the kept mesh dims
+    noted so far; None where a symbolic uneven step left them unknown."""
     st: list[State] | None = [
         State(list(group.in_sizes), list(group.out_sizes), 0 in group.in_sizes)
     ]
@@ -175,22 +175,21 @@ def _states(states: States, pending: dict[Group, list[Cut]], group: Group) -> li
     return st
 
 
-def _meet(a: Kept, b: Kept | Fail) -> Kept | Fail:
-    """A placement both readings accept, or a Fail."""
-    if type(b) is Fail:
+def _meet(a: Placed, b: Placed | Fail) -> Placed | Fail:
+    """A placement both readings accept (the same output dim, split factors in both ranges),
+    or a Fail."""
+    if type(b) is not Placed:
         return b
     try:
-        if a.out_dim != b.out_dim:  # type: ignore[union-attr]
+        if a.axis != b.axis:
             return Fail(FailKind.SPLIT)
-        lo = b.lo if b.lo > a.lo else a.lo  # type: ignore[union-attr]
-        bh = b.hi  # type: ignore[union-attr]
-        hi = a.hi if bh is None else bh if a.hi is None or a.hi > bh else a.hi
-        fixed = a.fixed if a.fixed is not None else b.fixed  # type: ignore[union-attr]
-        if (hi is not None and lo > hi) or (fixed is not None and not lo <= fixed):
+        lo = b.lo if b.lo > a.lo else a.lo
+        hi = a.hi if b.hi is None else b.hi if a.hi is None or a.hi > b.hi else a.hi
+        if hi is not None and lo > hi:
             return Fail(FailKind.SPLIT)
     except SymbolicStep:  # readings to reconcile over symbolic split factors
         return Fail(FailKind.SYMBOLIC)
-    return Kept(a.out_dim, lo, hi, fixed)
+    return Placed(a.axis, lo, hi)
 
 
 def _unit(plan: Plan, d: int, sf: Any) -> MeshPlacement:

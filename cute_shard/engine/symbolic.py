@@ -37,8 +37,7 @@ from collections.abc import Sequence
 from math import gcd
 from typing import Any
 
-from ..rules import Broadcast, DimSpec, InputDim, NewDim, Repeat, Split
-from ..rules._sym import LIMIT, Codes
+from ..rules import LIMIT, Broadcast, Codes, DimSpec, InputDim, NewDim, Repeat, Split
 from .plan import make_plan
 from .solve import solve
 from .types import Fail, FailKind, MeshPlacement, Moved, Plan, Sharded, SymbolicStep

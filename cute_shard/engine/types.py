@@ -5,8 +5,8 @@ rule into a :class:`Plan` (its :class:`Group` s of input and output axes), then 
 mesh dims in order. In a group, the ranks are described by their :class:`State` s (the local
 lengths of the group's axes); placing a mesh dim in a group gives a :class:`Placed` (an output
 axis and the split factors that chunk it alike) or a :class:`Fail` whose :class:`FailKind`
-says why it cannot stay. Over the plan's readings the answer is a :class:`Kept` (an output
-dim) or a :class:`Moved`; a kept mesh dim then cuts the states by a :class:`Cut`.
+says why it cannot stay. Over the plan's readings the answer is a :class:`Placed` on an
+output dim or a :class:`Moved`; a kept mesh dim then cuts the states by a :class:`Cut`.
 
 Worked example: ``(8, 16, 32) -> (128, 32)`` on mesh ``(2, 4)`` with ``[Shard(0), Shard(1)]``
 is read as ``(Sharded(0, 1), Sharded(1, 1))``; the plan is one view group, input axes
@@ -23,16 +23,18 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterator, Sequence
+from itertools import accumulate
+from operator import mul
 from typing import Any, NamedTuple
 
 from torch.distributed.tensor.placement_types import Partial
 
 __all__ = [
+    "SHARDS",
     "Cut",
     "Fail",
     "FailKind",
     "Group",
-    "Kept",
     "MeshPlacement",
     "Moved",
     "NotStatic",
@@ -56,6 +58,11 @@ class Sharded(NamedTuple):
     dim: int
     split_factor: Size
 
+
+#: The placements most views read and give, ``(dim, split factor) -> Sharded``, made once (a
+#: NamedTuple costs more to build than a dict lookup).
+SHARDS = {(d, 1): Sharded(d, 1) for d in range(64)}
+SHARDS.update({(d, sf): Sharded(d, sf) for d in range(8) for sf in range(2, 65)})
 
 #: One per mesh dim: None for Replicate, a :class:`Sharded`, or the Partial itself.
 MeshPlacement = Sharded | Partial | None
@@ -107,25 +114,12 @@ class Fail:
 
 class Placed(NamedTuple):
     """A mesh dim placed in a group: on output ``axis``, by any split factor in ``[lo, hi]``
-    (``hi`` None: no bound). The smallest is the answer."""
+    (``hi`` None: no bound). The smallest is the answer. (``solve`` reads it in output dims:
+    ``axis`` the output dim, a dim moved whole ``Placed(o, sf, sf)``, its own split factor.)"""
 
     axis: int
     lo: Size
     hi: Size | None
-
-
-class Kept(NamedTuple):
-    """A mesh dim that stays, in output dims: ``out_dim``, the split factors ``[lo, hi]``;
-    ``fixed`` is a dim moved whole's own split factor (it carries verbatim), else None."""
-
-    out_dim: int
-    lo: Size
-    hi: Size | None
-    fixed: Size | None
-
-    @property
-    def split_factor(self) -> Size:
-        return self.lo if self.fixed is None else self.fixed
 
 
 class Moved(NamedTuple):
@@ -150,12 +144,10 @@ class Cut(NamedTuple):
 def inward(sizes: Sequence[Size]) -> Iterator[tuple[int, Size, Size]]:
     """The axes of ``sizes`` from the innermost out: ``(k, sizes[k], inner)`` with ``inner``
     the product of the sizes inside axis k (row-major). The scan every output-axis search
-    makes: ``inward((4, 6, 8))`` gives ``(2, 8, 1), (1, 6, 8), (0, 4, 48)``."""
-    inner: Size = 1
-    for k in range(len(sizes) - 1, -1, -1):
-        size = sizes[k]
-        yield k, size, inner
-        inner = inner * size
+    makes: ``inward((4, 6, 8))`` gives ``(2, 8, 1), (1, 6, 8), (0, 4, 48)``. (Built of C-level
+    iterators: the router runs it once per placement.)"""
+    inner = accumulate(reversed(sizes), mul, initial=1)  # (one more than the axes: zip stops)
+    return zip(range(len(sizes) - 1, -1, -1), reversed(sizes), inner, strict=False)
 
 
 class Group:

@@ -88,8 +88,10 @@ raises ``ValueError``.
 """
 
 from ._sym import (
+    LIMIT,
     AskedSizes,
     CodedSizes,
+    Codes,
     CodesUndecided,
     IntSizes,
     Size,
@@ -139,10 +141,12 @@ from .specs import (
 )
 
 __all__ = [
+    "LIMIT",
     "OP_RULES",
     "AskedSizes",
     "Broadcast",
     "CodedSizes",
+    "Codes",
     "CodesUndecided",
     "ComplexRule",
     "DimSpec",
