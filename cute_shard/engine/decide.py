@@ -30,8 +30,9 @@ piece. Two labellings are equal exactly when their *primitive roots* are equal (
 equals another's power is determined by its primitive root), and the root is a tuple of a few
 ints (:func:`root`). A candidate output dim is where the root's first run ends (its sub-mode's
 stride ``s``), and the split factors that chunk that output dim into the same word form an
-interval (:func:`_split_factors`); intersected over the states, its smallest value is the
-answer. In an even state this is exactly the even step above. A state whose ranks hold
+interval (:func:`_locate`); intersected over the states, its smallest value is the
+answer. An even root is the word of ``m`` runs of ``s``, and for it this is exactly the even
+step above (one search serves both). A state whose ranks hold
 nothing needs nothing; one whose label is constant (rank 0 keeps it all, as for a sharded
 size-1 dim) needs an output dim whose chunks give rank 0 everything.
 
