@@ -209,9 +209,7 @@ class ViewOp:
         """(input target, output placements): the one sharding decision for this op, taken
         by the ViewStrategy and by the fast path alike; a strict view that must move raises
         ``RedistributionRequired``."""
-        complex_view = self.local_op is torch.view_as_complex
-        if complex_view:
-            placements = _allowed_partials(placements)
+        placements, complex_view = self._engine_input(placements)
         target, output = propagate_shape_and_sharding(
             placements, shape, rule, mesh.shape, self.strict_view, complex_view=complex_view
         )
@@ -226,10 +224,16 @@ class ViewOp:
     ) -> ViewDecision:
         """The same decision as :meth:`decide`, returned whole: with each mesh dim that moves
         and why, for a strict view too (``ViewDecision.refusal()`` is what it would raise)."""
+        placements, complex_view = self._engine_input(placements)
+        return decide_view(placements, shape, rule, mesh.shape, complex_view=complex_view)
+
+    def _engine_input(self, placements: Sequence[Placement]) -> tuple[Sequence[Placement], bool]:
+        """The placements the engine decides from and whether the op is view_as_complex
+        (whose Partials other than sum and avg are replicated first)."""
         complex_view = self.local_op is torch.view_as_complex
         if complex_view:
             placements = _allowed_partials(placements)
-        return decide_view(placements, shape, rule, mesh.shape, complex_view=complex_view)
+        return placements, complex_view
 
 
 def _allowed_partials(placements: Sequence[Placement]) -> tuple[Placement, ...]:

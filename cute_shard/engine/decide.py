@@ -180,7 +180,7 @@ def _place_one(group: Group, state: State, ax: int, sf: Any, m: int) -> Any:
 def place(group: Group, states: list[State], d: int, sf: Any, m: int) -> Placed | Fail:
     """Where tensor dim ``d``'s placement ``sf`` on a mesh dim of size ``m`` goes: a
     :class:`Placed` whose split factors work in every state, or a :class:`Fail`."""
-    ax = d if group.axis is None else group.axis[d]  # (group.in_axis, on the hot path)
+    ax = group.in_axis(d)
     try:
         if len(states) == 1:
             hit = _place_one(group, states[0], ax, sf, m)

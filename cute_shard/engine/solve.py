@@ -107,12 +107,9 @@ def solve(
         if m == last:
             break
         for reading in readings:  # the groups' ranks split by the kept mesh dim
-            group = reading.view or reading.group_of.get(d)
+            group = reading.group(d)
             if group is not None:
-                if group.axis is None:  # a view's group: its axes are the dims
-                    cut = Cut(d, sf, found, sf_out, size)
-                else:
-                    cut = Cut(group.axis[d], sf, group.out_axis(found), sf_out, size)
+                cut = Cut(group.in_axis(d), sf, group.out_axis(found), sf_out, size)
                 _note(states, pending, group, cut)
     return out, moved
 
@@ -145,7 +142,7 @@ def _keep(
     o = reading.carry.get(d)
     if o is not None:  # the dim moves whole: its placement carries verbatim
         return Placed(o, sf, sf)
-    group = reading.view or reading.group_of.get(d)
+    group = reading.group(d)
     if group is None:
         return Fail(FailKind.NOWHERE)
     st = states[group] if group in states else _first_states(states, pending, group)
@@ -197,7 +194,7 @@ def _unit(plan: Plan, d: int, sf: Any) -> MeshPlacement:
     carried = plan.carry.get(d)
     if carried is not None:
         return Sharded(carried, sf)
-    group = plan.view or plan.group_of.get(d)
+    group = plan.group(d)
     if group is None:
         return None  # a dim the view drops
     k = group.home_axis(d, hinted=True)  # (any axis is valid: the symbols' hints pick one)

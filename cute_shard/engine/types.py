@@ -264,7 +264,3 @@ class Plan(Reading):
         self.out_shape = out_shape
         self.pair = pair
         self.others = others
-
-    @property
-    def readings(self) -> tuple[Reading, ...]:
-        return (self, *self.others)
