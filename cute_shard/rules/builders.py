@@ -41,7 +41,11 @@ Worked example -- ``x.view(4, 6)`` for ``x`` of shape ``(2, 3, 4)``::
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import lru_cache
+from functools import lru_cache, partial
+from itertools import compress
+from itertools import repeat as forever
+from math import prod
+from operator import not_
 from typing import Any
 
 from ._sym import (
@@ -195,19 +199,14 @@ def _infer(
 ) -> tuple[Size, ...]:
     """Replace a single ``-1`` in ``sizes`` so that ``prod(sizes) == total``: keys of ``cmp``,
     every decision made by it."""
-    infer_at = -1
     known: Size = 1
-    for i, s in enumerate(sizes):
+    minus = 0  # the -1s (a SymInt is never compared with -1: that would guard)
+    for s in sizes:
         if type(s) is int and s == -1:
-            if infer_at >= 0:
-                raise ValueError(
-                    f"{op}: {arg}={cmp.sizes(sizes)} has more than one -1; expected at most "
-                    "one inferred size; fix: give all but one size explicitly"
-                )
-            infer_at = i
+            minus += 1
         else:
             known = known * s
-    if infer_at < 0:
+    if not minus:
         if not cmp.eq(known, total):
             known, total = cmp.sizes((known, total))
             raise ValueError(
@@ -216,6 +215,11 @@ def _infer(
                 "input numel"
             )
         return sizes
+    if minus > 1:
+        raise ValueError(
+            f"{op}: {arg}={cmp.sizes(sizes)} has more than one -1; expected at most one "
+            "inferred size; fix: give all but one size explicitly"
+        )
     if cmp.eq(known, 0):
         raise ValueError(
             f"{op}: {arg}={cmp.sizes(sizes)} has a -1 next to a 0 size, so the inferred size "
@@ -228,7 +232,8 @@ def _infer(
             f"{known}, so -1 cannot be inferred; fix: make the explicit sizes divide the "
             "input numel"
         )
-    return (*sizes[:infer_at], total // known, *sizes[infer_at + 1 :])
+    i = next(i for i, s in enumerate(sizes) if type(s) is int and s == -1)
+    return (*sizes[:i], total // known, *sizes[i + 1 :])
 
 
 # ---------------------------------------------------------------------------
@@ -237,7 +242,7 @@ def _infer(
 
 
 def _view_groups(
-    from_shape: tuple[Size, ...], to_shape: tuple[Size, ...], cmp: SizeComparator[Any], ints: bool
+    cmp: SizeComparator[Any], ints: bool, from_shape: tuple[Size, ...], to_shape: tuple[Size, ...]
 ) -> ViewRule:
     """The rule of a view from ``from_shape`` to ``to_shape`` (one ``-1`` allowed), every size
     decision made by ``cmp`` on its keys of the sizes. A rule of int shapes (``ints``) records
@@ -245,11 +250,8 @@ def _view_groups(
     op = "view_groups"
     fk = cmp.keys(from_shape)
     eq = cmp.eq
-    empty = False
-    total: Size = 1
-    for k in fk:
-        empty = empty or eq(k, 0)
-        total = total * k
+    empty = True in map(eq, fk, forever(0))  # (C calls all through for ints)
+    total: Size = prod(fk)
     tk = _infer(total, cmp.keys(to_shape), cmp, op, "to_shape")
     to = cmp.sizes(tk)
     if empty:
@@ -320,18 +322,13 @@ def _emit_group(
     if len(group) == 1:  # (its size is never asked about)
         out.append(src)
         return
-    ones = [cmp.eq(k, 1) for k in keys]
-    kept = tuple([s for s, one in zip(group, ones, strict=True) if not one])
-    if len(kept) == 1:
-        out.extend([SINGLETON if one else src for one in ones])
+    ones = list(map(cmp.eq, keys, forever(1)))  # (C calls all through for ints)
+    if True not in ones:
+        out += Split.pieces(src, group)
         return
-    k = 0
-    for one in ones:
-        if one:
-            out.append(SINGLETON)
-        else:  # (a split of two or more sizes, k below their count: checked by construction)
-            out.append(Split.unchecked(src, kept, k))
-            k += 1
+    kept = tuple(compress(group, map(not_, ones)))
+    pieces = iter((src,) if len(kept) == 1 else Split.pieces(src, kept))
+    out += [SINGLETON if one else next(pieces) for one in ones]
 
 
 def _empty_groups(
@@ -368,9 +365,8 @@ def _has_zero(keys: tuple[Size, ...], cmp: SizeComparator[Any]) -> bool:
     return any(cmp.eq(k, 0) for k in keys)
 
 
-@lru_cache(maxsize=_CACHE_SIZE)
-def _view_groups_of_ints(from_shape: tuple[int, ...], to_shape: tuple[int, ...]) -> ViewRule:
-    return _view_groups(from_shape, to_shape, INT_SIZES, True)
+# (the walk itself cached, through a C-level partial: a cache miss pays no frame of its own)
+_view_groups_of_ints = lru_cache(maxsize=_CACHE_SIZE)(partial(_view_groups, INT_SIZES, True))
 
 
 def view_groups(
@@ -407,13 +403,13 @@ def view_groups(
     fs, f_int = _sizes(from_shape, op, "from_shape")
     ts, t_int = _sizes(to_shape, op, "to_shape", allow_minus_one=True)
     if sizes is not None:
-        return _view_groups(fs, ts, sizes, f_int and t_int)
+        return _view_groups(sizes, f_int and t_int, fs, ts)
     if f_int and t_int:
         return _view_groups_of_ints(fs, ts)
     try:
-        return _view_groups(fs, ts, CodedSizes(op), False)
+        return _view_groups(CodedSizes(op), False, fs, ts)
     except CodesUndecided:  # (what the codes leave open, the ShapeEnv may settle)
-        return _view_groups(fs, ts, AskedSizes(op), False)
+        return _view_groups(AskedSizes(op), False, fs, ts)
 
 
 def unflatten(shape: ShapeArg, dim: int, sizes: ShapeArg) -> Rule:

@@ -360,15 +360,19 @@ class Split(DimSpec):
         return cls(input_dim, tuple(kept), new_id)
 
     @classmethod
-    def unchecked(cls, input_dim: DimSpec, group_shape: tuple[Size, ...], split_id: int) -> Split:
-        """``Split(input_dim, group_shape, split_id)`` without the checks, for a builder whose
-        construction guarantees them (a DimSpec, a tuple of two or more sizes, a valid id):
+    def pieces(cls, input_dim: DimSpec, group_shape: tuple[Size, ...]) -> list[Split]:
+        """Every piece of ``input_dim`` viewed as ``group_shape``: ``[Split(input_dim,
+        group_shape, k) for k in range(len(group_shape))]`` without the checks, for a builder
+        whose construction guarantees them (a DimSpec, a tuple of two or more sizes):
         ``view_groups`` builds one per output piece, and the checks would be most of its cost."""
-        piece = _new(cls)
-        _set_split_input(piece, input_dim)
-        _set_split_shape(piece, group_shape)
-        _set_split_id(piece, split_id)
-        return piece
+        out = []
+        for k in range(len(group_shape)):
+            piece = _new(cls)
+            _set_split_input(piece, input_dim)
+            _set_split_shape(piece, group_shape)
+            _set_split_id(piece, k)
+            out.append(piece)
+        return out
 
     def inputs(self) -> tuple[DimSpec, ...]:
         return (self.input_dim,)
@@ -405,10 +409,12 @@ def _flatten_unchecked(lo: int, hi: int) -> Flatten:
     return f
 
 
-# Flatten of the consecutive input dims lo .. hi-1, for the ranks models have, built once like
+# The consecutive input dims lo .. hi-1 as one spec, for the ranks models have, built once like
 # the InputDims (DimSpecs are immutable values): _FLATTENS[(lo, hi)].
-_FLATTENS: dict[tuple[int, int], Flatten] = {
-    (lo, hi): _flatten_unchecked(lo, hi) for hi in range(2, 13) for lo in range(hi - 1)
+_FLATTENS: dict[tuple[int, int], DimSpec] = {
+    (lo, hi): INPUT_DIMS[lo] if hi - lo == 1 else _flatten_unchecked(lo, hi)
+    for hi in range(1, 13)
+    for lo in range(hi)
 }
 
 
@@ -419,9 +425,10 @@ def flatten_range(lo: int, hi: int) -> DimSpec:
     >>> flatten_range(1, 3), flatten_range(2, 3)
     (flat(d1,d2), d2)
     """
-    if hi - lo == 1:
-        return InputDim.new(lo)
-    return _FLATTENS.get((lo, hi)) or _flatten_unchecked(lo, hi)
+    made = _FLATTENS.get((lo, hi))
+    if made is not None:
+        return made
+    return InputDim.new(lo) if hi - lo == 1 else _flatten_unchecked(lo, hi)
 
 
 Rule: TypeAlias = tuple[DimSpec, ...]

@@ -121,8 +121,9 @@ def test_flatten_range_is_the_checked_flatten_built_once() -> None:
 
 
 def test_unchecked_constructors_build_the_checked_values() -> None:
-    piece = Split.unchecked(d2, (4, 8), 1)
-    assert piece == Split(d2, (4, 8), 1) and hash(piece) == hash(Split(d2, (4, 8), 1))
+    pieces = Split.pieces(d2, (4, 8, 2))
+    checked = [Split(d2, (4, 8, 2), k) for k in range(3)]
+    assert pieces == checked and list(map(hash, pieces)) == list(map(hash, checked))
     assert Broadcast.unchecked(ONE, 8) == Broadcast(ONE, 8)
 
 
