@@ -155,40 +155,40 @@ def _locate(r: Any, m: int, out_dims: tuple[int, ...] | None, outs: list[Size]) 
     return None
 
 
-def _place_one(group: Group, state: State, ax: int, sf: Any, m: int) -> Any:
-    """Mesh dim's placement in one state: a :class:`Placed`, :data:`CONST` (rank 0 holds all
-    of it), None (the state's ranks hold nothing) or a :class:`Fail`: the output axis that
-    holds its labelling's root (:func:`_locate`; even: the gpu sub-mode ``m:s`` of the flat
-    index, ``s = ch*inner``)."""
-    ins, outs, empty = state
-    if empty:
-        return None
-    length = ins[ax]
-    inner: Size = 1
-    for x in ins[ax + 1 :]:
-        inner = inner * x
-    r = root(length, sf, m, inner)
-    if r is CONST:
-        return CONST
-    hit = _locate(r, m, group.out_dims, outs)
-    if hit is not None:
-        return hit
-    kind = FailKind.UNEVEN if length % (sf * m) else FailKind.STRADDLE
-    return Fail(kind, group, state)
-
-
 def place(group: Group, states: list[State], d: int, sf: Any, m: int) -> Placed | Fail:
     """Where tensor dim ``d``'s placement ``sf`` on a mesh dim of size ``m`` goes: a
-    :class:`Placed` whose split factors work in every state, or a :class:`Fail`."""
+    :class:`Placed` whose split factors work in every state, or a :class:`Fail`.
+
+    In each state the placement is a :class:`Placed`, :data:`CONST` (rank 0 holds all of it),
+    None (the state's ranks hold nothing) or a :class:`Fail`: the output axis that holds its
+    labelling's root (:func:`_locate`; even: the gpu sub-mode ``m:s`` of the flat index,
+    ``s = ch*inner``)."""
     ax = group.in_axis(d)
+    out_dims = group.out_dims
+    hits: list[Any] = []
     try:
-        if len(states) == 1:
-            hit = _place_one(group, states[0], ax, sf, m)
+        for state in states:
+            ins, outs, empty = state
+            if empty:
+                hits.append(None)
+                continue
+            length = ins[ax]
+            inner: Size = 1
+            for x in ins[ax + 1 :]:
+                inner = inner * x
+            r = root(length, sf, m, inner)
+            if r is CONST:
+                hits.append(CONST)
+                continue
+            hit: Any = _locate(r, m, out_dims, outs)
+            if hit is None:
+                kind = FailKind.UNEVEN if length % (sf * m) else FailKind.STRADDLE
+                hit = Fail(kind, group, state)
+            hits.append(hit)
+        if len(hits) == 1:
+            hit = hits[0]
             if type(hit) is Placed or type(hit) is Fail:
                 return hit
-            hits = [hit]
-        else:
-            hits = [_place_one(group, state, ax, sf, m) for state in states]
         found = -1
         lo: Size = 1
         hi: Size | None = None

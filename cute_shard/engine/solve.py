@@ -108,25 +108,21 @@ def solve(
             break
         for reading in readings:  # the groups' ranks split by the kept mesh dim
             group = reading.group(d)
-            if group is not None:
-                cut = Cut(group.in_axis(d), sf, group.out_axis(found), sf_out, size)
-                _note(states, pending, group, cut)
+            if group is None:
+                continue
+            cut = Cut(group.in_axis(d), sf, group.out_axis(found), sf_out, size)
+            st = states.get(group, ())
+            if st:  # cut the group's states, or note the cut until a placement asks
+                try:
+                    states[group] = split_states(st, cut)
+                except SymbolicStep:
+                    states[group] = None  # later mesh dims of this group cannot decide
+            elif st is not None:
+                if group in pending:
+                    pending[group].append(cut)
+                else:
+                    pending[group] = [cut]
     return out, moved
-
-
-def _note(states: States, pending: dict[Group, list[Cut]], group: Group, cut: Cut) -> None:
-    """Cut ``group``'s states, or note the cut until a placement asks about the group."""
-    st = states.get(group, ())
-    if st:
-        try:
-            states[group] = split_states(st, cut)
-        except SymbolicStep:
-            states[group] = None  # later mesh dims of this group cannot decide
-    elif st is not None:
-        if group in pending:
-            pending[group].append(cut)
-        else:
-            pending[group] = [cut]
 
 
 def _keep(
@@ -145,31 +141,25 @@ def _keep(
     group = reading.group(d)
     if group is None:
         return Fail(FailKind.NOWHERE)
-    st = states[group] if group in states else _first_states(states, pending, group)
-    if st is None:
-        return Fail(FailKind.SYMBOLIC)
+    if group in states:
+        st = states[group]
+        if st is None:
+            return Fail(FailKind.SYMBOLIC)
+    else:  # the first placement asked about in this group: its one state before any mesh dim
+        # (the global sizes, as lists: an even step divides them in place), cut by the kept
+        # mesh dims noted so far
+        st = [State(list(group.in_sizes), list(group.out_sizes), 0 in group.in_sizes)]
+        try:
+            for cut in pending.pop(group, ()):
+                st = split_states(st, cut)
+        except SymbolicStep:
+            states[group] = None
+            return Fail(FailKind.SYMBOLIC)
+        states[group] = st
     placed = place(group, st, d, sf, size)
     if type(placed) is Placed and group.out_dims is not None:  # (a view's axes are its dims)
         return Placed(group.out_dims[placed.axis], placed.lo, placed.hi)
     return placed
-
-
-def _first_states(
-    states: States, pending: dict[Group, list[Cut]], group: Group
-) -> list[State] | None:
-    """``group``'s states when a placement first asks: its one state before any mesh dim (the
-    global sizes, as lists: an even step divides them in place), cut by the kept mesh dims
-    noted so far; None where a symbolic uneven step left them unknown."""
-    st: list[State] | None = [
-        State(list(group.in_sizes), list(group.out_sizes), 0 in group.in_sizes)
-    ]
-    try:
-        for cut in pending.pop(group, ()):
-            st = split_states(st, cut)  # type: ignore[arg-type]
-    except SymbolicStep:
-        st = None
-    states[group] = st
-    return st
 
 
 def _meet(a: Placed, b: Placed | Fail) -> Placed | Fail:
