@@ -446,6 +446,10 @@ class SizeComparator(Protocol[K]):
         key."""
         ...
 
+    def contains(self, keys: Sequence[K], k: K) -> bool:
+        """Some key of ``keys`` ``eq`` ``k`` (asked in order, up to the first that does)."""
+        ...
+
 
 class IntSizes:
     """Plain int sizes, their own keys, compared by Python's operators (C functions: a
@@ -457,6 +461,7 @@ class IntSizes:
     sizes = staticmethod(tuple)
     eq = staticmethod(operator.eq)
     gt = staticmethod(operator.gt)
+    contains = staticmethod(operator.contains)
 
     def divides(self, a: int, b: int) -> bool:
         return b % a == 0
@@ -519,6 +524,9 @@ class CodedSizes:
             return False
         raise self._open(a, "divides", b)  # a symbol may make a divide b for some values
 
+    def contains(self, keys: Sequence[int], k: int) -> bool:
+        return _any_eq(self, keys, k)
+
     def _open(self, a: int, rel: str, b: int) -> CodesUndecided:
         fmt = self.codes.format
         return CodesUndecided(self.op, f"{fmt(a)} {rel} {fmt(b)}")
@@ -546,10 +554,18 @@ class AskedSizes:
     def gt(self, a: Size, b: Size) -> bool:
         return decide_gt(a, b, self.op)
 
+    def contains(self, keys: Sequence[Size], k: Size) -> bool:
+        return _any_eq(self, keys, k)
+
     def divides(self, a: Size, b: Size) -> bool:
         # (SymInt's __mod__ is installed at runtime by torch's sym_node; only some releases'
         # stubs declare it)
         return decide_eq(cast(Any, b) % a, 0, self.op)
+
+
+def _any_eq(sizes: SizeComparator[K], keys: Sequence[K], k: K) -> bool:
+    """``contains`` of a comparator whose ``eq`` is a Python method: asked key by key."""
+    return any(sizes.eq(x, k) for x in keys)
 
 
 def as_size(x: object, op: str, arg: str, *, allow_minus_one: bool = False) -> Size:

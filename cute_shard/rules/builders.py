@@ -42,10 +42,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import lru_cache, partial
-from itertools import compress
-from itertools import repeat as forever
 from math import prod
-from operator import not_
 from typing import Any
 
 from ._sym import (
@@ -250,12 +247,15 @@ def _view_groups(
     op = "view_groups"
     fk = cmp.keys(from_shape)
     eq = cmp.eq
-    empty = True in map(eq, fk, forever(0))  # (C calls all through for ints)
     total: Size = prod(fk)
-    tk = _infer(total, cmp.keys(to_shape), cmp, op, "to_shape")
-    to = cmp.sizes(tk)
+    empty = eq(total, 0)
+    tk = cmp.keys(to_shape)
+    # (int keys with no -1 that multiply to the total are what _infer returns them as, read
+    # here by C calls; anything else _infer infers or refuses)
+    if not (ints and -1 not in tk and eq(prod(tk), total)):
+        tk = _infer(total, tk, cmp, op, "to_shape")
     if empty:
-        return ViewRule.of(_empty_groups(fk, tk, to, cmp))
+        return ViewRule.of(_empty_groups(fk, tk, cmp))
     out: list[DimSpec] = []
     carry: dict[int, int] = {}
     gt = cmp.gt
@@ -301,44 +301,40 @@ def _view_groups(
             out.append(INPUT_DIMS[f0] if f0 < _N_INTERNED else InputDim(f0))
             continue
         # (a group the inner loop grew: several dims on one side, so no dim moves whole)
-        _emit_group(out, f0, fi, to[t0:ti], tk[t0:ti], cmp)
+        _emit_group(out, f0, fi, tk[t0:ti], cmp)
     if ints:
-        return ViewRule.of(out, from_shape, to, carry)  # type: ignore[arg-type]
+        return ViewRule.of(out, from_shape, cmp.sizes(tk), carry)  # type: ignore[arg-type]
     return ViewRule.of(out)
 
 
 def _emit_group(
-    out: list[DimSpec],
-    f0: int,
-    fi: int,
-    group: tuple[Size, ...],
-    keys: tuple[Size, ...],
-    cmp: SizeComparator[Any],
+    out: list[DimSpec], f0: int, fi: int, keys: tuple[Size, ...], cmp: SizeComparator[Any]
 ) -> None:
     """Append the specs of one group of several dims on a side: input dims ``f0 .. fi-1``
-    split into the output sizes ``group`` (``keys``: their keys). Each piece is
+    split into the output sizes whose keys are ``keys``. Each piece is
     ``Split.new(src, group, i)``, with the size-1-free group computed once."""
     src = flatten_range(f0, fi)
-    if len(group) == 1:  # (its size is never asked about)
+    if len(keys) == 1:  # (its size is never asked about)
         out.append(src)
         return
-    ones = list(map(cmp.eq, keys, forever(1)))  # (C calls all through for ints)
-    if True not in ones:
+    group = cmp.sizes(keys)
+    if not cmp.contains(keys, 1):
         out += Split.pieces(src, group)
         return
-    kept = tuple(compress(group, map(not_, ones)))
+    ones = [cmp.eq(k, 1) for k in keys]
+    kept = tuple([s for s, one in zip(group, ones, strict=True) if not one])
     pieces = iter((src,) if len(kept) == 1 else Split.pieces(src, kept))
     out += [SINGLETON if one else next(pieces) for one in ones]
 
 
 def _empty_groups(
-    fk: tuple[Size, ...], tk: tuple[Size, ...], to: tuple[Size, ...], cmp: SizeComparator[Any]
+    fk: tuple[Size, ...], tk: tuple[Size, ...], cmp: SizeComparator[Any]
 ) -> list[DimSpec]:
     """The rule of a view of an empty tensor (numel 0). Any grouping multiplies out (0 == 0),
     so the dims equal at the front and at the back are moved whole and the rest, widened
     until both sides of it hold a size-0 dim, is one group: ``(0, 8) -> (0,)`` is
     ``(flat(d0,d1),)``, ``(5, 0, 2) -> (5, 0, 3)`` is ``(d0, split(flat(d1,d2), (0,3), ..))``.
-    ``fk``, ``tk``: the keys of the input and output sizes, ``to`` the output sizes."""
+    ``fk``, ``tk``: the keys of the input and output sizes."""
     eq = cmp.eq
     nf, nt = len(fk), len(tk)
     p = 0
@@ -350,19 +346,15 @@ def _empty_groups(
     lo, f_hi, t_hi = p, nf - s, nt - s
     if lo == f_hi and lo == t_hi:
         return [_D(i) for i in range(nf)]
-    while not _has_zero(fk[lo:f_hi], cmp) or not _has_zero(tk[lo:t_hi], cmp):
+    while not cmp.contains(fk[lo:f_hi], 0) or not cmp.contains(tk[lo:t_hi], 0):
         if lo > 0:
             lo -= 1
         else:
             f_hi, t_hi = min(f_hi + 1, nf), min(t_hi + 1, nt)
     out: list[DimSpec] = [_D(i) for i in range(lo)]
-    _emit_group(out, lo, f_hi, to[lo:t_hi], tk[lo:t_hi], cmp)
+    _emit_group(out, lo, f_hi, tk[lo:t_hi], cmp)
     out.extend(_D(i) for i in range(f_hi, nf))
     return out
-
-
-def _has_zero(keys: tuple[Size, ...], cmp: SizeComparator[Any]) -> bool:
-    return any(cmp.eq(k, 0) for k in keys)
 
 
 # (the walk itself cached, through a C-level partial: a cache miss pays no frame of its own)

@@ -164,6 +164,7 @@ def test_int_sizes_are_python_comparisons() -> None:
     assert sizes.eq(6, 6) and not sizes.eq(6, 4)
     assert sizes.gt(6, 4) and not sizes.gt(4, 6)
     assert sizes.divides(2, 6) and not sizes.divides(4, 6)
+    assert sizes.contains((2, 6), 6) and not sizes.contains((2, 6), 1)
 
 
 def test_coded_sizes_settle_what_the_structure_proves(env: Env) -> None:
@@ -177,8 +178,15 @@ def test_coded_sizes_settle_what_the_structure_proves(env: Env) -> None:
     assert sizes.divides(ka, kab) and not sizes.divides(4, 6)
     assert hint(sizes.sizes((kab // ka,))[0]) == 24  # 4*b at the hints
     assert sizes.sizes((ka,)) == (a,)  # the caller's own SymInt
+    assert sizes.contains((6, ka), 6) and not sizes.contains((ka, kab), 1)
     (kb,) = sizes.keys((b,))
-    for question in (lambda: sizes.eq(ka, kb), lambda: sizes.divides(4, ka)):
+    assert sizes.contains((ka, kb), ka)  # (asked up to the first that is equal)
+    questions = (
+        lambda: sizes.eq(ka, kb),
+        lambda: sizes.divides(4, ka),
+        lambda: sizes.contains((kb,), ka),
+    )
+    for question in questions:
         with pytest.raises(CodesUndecided) as info:
             question()  # a == b, 4 | a: not the structure's to say
         assert info.value.op == "view_groups" and info.value.question
