@@ -23,8 +23,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 if TYPE_CHECKING:
     from torch.distributed.tensor.placement_types import Placement
@@ -43,13 +42,14 @@ REDUCE_OPS = ("sum", "avg", "max", "min", "product")
 _PLACEMENT = re.compile(r"(R)|S(-?\d+)|SS(-?\d+):(-?\d+)|P(?::(sum|avg|max|min|product))?")
 
 
-@dataclass(frozen=True, slots=True)
-class PlacementSpec:
+class PlacementSpec(NamedTuple):
     """A placement in CLI notation: ``R``, ``S<dim>``, ``SS<dim>:<split_factor>``, ``P[:<op>]``.
 
     ``kind`` is ``"R"``, ``"S"`` (Shard), ``"SS"`` (_StridedShard) or ``"P"`` (Partial); the
     other fields matter only for the kinds that have them. ``str`` prints the notation that
     ``parse_placement`` reads; ``to_torch`` and ``of`` convert to and from torch's classes.
+    A named tuple: the planners key their caches by lists of placements, which then hash and
+    compare in C.
     """
 
     kind: str

@@ -38,7 +38,7 @@ import functools
 import itertools
 import math
 import operator
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 __all__ = [
@@ -206,6 +206,21 @@ _START, _STOP, _LABEL = map(operator.itemgetter, range(3))  # a run's or a segme
 _FIRST = _START
 
 
+_ZEROS = itertools.repeat(0)
+
+
+def _lengths(runs: Sequence[tuple[int, int, tuple[int, ...]]]) -> dict[tuple[int, ...], int]:
+    """For each label of ``runs`` (runs or segments), the total length carrying it."""
+    lengths = map(operator.sub, map(_STOP, runs), map(_START, runs))
+    out = dict(zip(map(_LABEL, runs), lengths, strict=True))
+    if len(out) < len(runs):  # labels that recur: sum their runs
+        out = {}
+        for key, group in itertools.groupby(sorted(runs, key=_LABEL), _LABEL):
+            same = list(group)
+            out[key] = sum(map(operator.sub, map(_STOP, same), map(_START, same)))
+    return out
+
+
 def getter(at: Sequence[int]) -> Callable[[tuple[int, ...]], tuple[int, ...]]:
     """A function reading the items at positions ``at`` out of a tuple, as a tuple (one item
     too, and none), without a Python frame per call."""
@@ -216,17 +231,24 @@ def getter(at: Sequence[int]) -> Callable[[tuple[int, ...]], tuple[int, ...]]:
     return operator.itemgetter(*at)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)
 class DimLabels:
     """One tensor dim of a redistribution: its size, the slots that constrain it (source mesh
     dims sharding it, then target ones) and its segments ``(start, stop, labels)``, the labels
-    aligned with ``slots``."""
+    aligned with ``slots``. A value: nothing assigns to its fields after construction (not
+    frozen only because a frozen dataclass is several times slower to make, and one is made
+    per tensor dim of every plan)."""
 
     size: int
     slots: tuple[Slot, ...]
     segments: tuple[tuple[int, int, tuple[int, ...]], ...]
     source: tuple[Slot, ...] = ()  # the slots of ``SRC``: a rank's part in the source
     target: tuple[Slot, ...] = ()  # the slots of ``DST``: its part in the target
+    # The source's and the target's own runs (``dim_runs``), where the dim has both: a rank's
+    # part in either, without projecting the segments.
+    runs: tuple[tuple[Run, ...], tuple[Run, ...]] | None = field(
+        default=None, compare=False, repr=False
+    )
     # Pure results computed from the fields above, keyed by their arguments (at most one
     # entry per subset of ``slots``, so bounded); not part of the value.
     _memo: dict[object, object] = field(default_factory=dict, compare=False, repr=False)
@@ -240,17 +262,13 @@ class DimLabels:
         length of a rank's part of this dim in a state constrained by exactly ``slots``."""
         memo = self._memo.get(slots)
         if memo is None:
-            out: dict[tuple[int, ...], int] = {}
             if slots == self.slots:  # one pass over the segments
-                segments = self.segments
-                lengths = map(operator.sub, map(_STOP, segments), map(_START, segments))
-                out = dict(zip(map(_LABEL, segments), lengths, strict=True))
-                if len(out) < len(segments):  # labels that recur: sum their runs
-                    out = {}
-                    for key, group in itertools.groupby(sorted(segments, key=_LABEL), _LABEL):
-                        runs = list(group)
-                        out[key] = sum(map(operator.sub, map(_STOP, runs), map(_START, runs)))
-            else:  # a projection of that: one entry per combination of labels, not per run
+                out = _lengths(self.segments)
+            elif self.runs is not None and slots == self.source:
+                out = _lengths(self.runs[0])
+            elif self.runs is not None and slots == self.target:
+                out = _lengths(self.runs[1])
+            else:  # a projection of the segments: one entry per combination, not per run
                 get = getter(self.index(slots))
                 full = self.counts(self.slots)
                 sizes = set(full.values())
@@ -259,6 +277,7 @@ class DimLabels:
                     unit = itertools.repeat(sizes.pop())
                     out = dict(zip(seen, map(operator.mul, seen.values(), unit), strict=True))
                 else:
+                    out = {}
                     for lab, n in full.items():
                         key = get(lab)
                         out[key] = out.get(key, 0) + n
@@ -275,8 +294,7 @@ class DimLabels:
             if not slots:
                 memo = self.size
             else:
-                counts = self.counts(slots)
-                each = tuple(map(counts.get, ranks.keys(slots), itertools.repeat(0)))
+                each = tuple(map(self.counts(slots).get, ranks.keys(slots), _ZEROS))
                 memo = each[0] if each.count(each[0]) == len(each) else each
             self._memo[key] = memo
         return memo  # type: ignore[return-value]
@@ -344,18 +362,18 @@ class Ranks:
 
     mesh: tuple[int, ...]
     coords: tuple[tuple[int, ...], ...]
-    # each slot tuple's coordinate reader (a per-mesh table: one entry per slot tuple)
-    _readers: dict[tuple[Slot, ...], Callable[[tuple[int, ...]], tuple[int, ...]]] = field(
+    # each slot tuple's keys, one per rank (a per-mesh table: one entry per slot tuple)
+    _keys: dict[tuple[Slot, ...], tuple[tuple[int, ...], ...]] = field(
         default_factory=dict, compare=False, repr=False
     )
 
-    def keys(self, slots: tuple[Slot, ...]) -> Iterator[tuple[int, ...]]:
+    def keys(self, slots: tuple[Slot, ...]) -> tuple[tuple[int, ...], ...]:
         """Each rank's coordinates on the mesh dims of ``slots``, in rank order: the labels
         it holds at those slots."""
-        read = self._readers.get(slots)
-        if read is None:
-            read = self._readers[slots] = getter([m for _, m in slots])
-        return map(read, self.coords)
+        out = self._keys.get(slots)
+        if out is None:
+            out = self._keys[slots] = tuple(map(getter([m for _, m in slots]), self.coords))
+        return out
 
 
 @functools.lru_cache(maxsize=256)
@@ -384,7 +402,7 @@ def dim_labels(
         return DimLabels(n, slots, b, (), target)
     a = dim_runs(n, tuple([lv[1:] for lv in src]))
     if a is b:  # the same levels: the same cuts, each run once
-        return DimLabels(n, slots, tuple([(x, y, c + c) for x, y, c in a]), source, target)
+        return DimLabels(n, slots, tuple([(x, y, c + c) for x, y, c in a]), source, target, (a, b))
     # Cut at both runs' starts; each segment carries the labels of the runs holding it.
     starts_a, starts_b = list(map(_START, a)), list(map(_START, b))
     cuts = sorted({*starts_a, *starts_b})
@@ -406,4 +424,4 @@ def dim_labels(
             else:
                 merged.append(seg)
         segments = merged
-    return DimLabels(n, slots, tuple(segments), source, target)
+    return DimLabels(n, slots, tuple(segments), source, target, (a, b))

@@ -95,8 +95,13 @@ def _check_partials(src: tuple[PlacementSpec, ...], dst: tuple[PlacementSpec, ..
             )
 
 
+_INT = frozenset({int})
+
+
 def _shape(shape: Sequence[int]) -> tuple[int, ...]:
     out = tuple(shape)
+    if set(map(type, out)) <= _INT and min(out, default=0) >= 0:
+        return out
     for d, n in enumerate(out):
         if type(n) is not int or n < 0:
             raise ValueError(f"global shape {out}: dim {d} has size {n!r}; sizes must be ints >= 0")
@@ -105,6 +110,8 @@ def _shape(shape: Sequence[int]) -> tuple[int, ...]:
 
 def _mesh(mesh: Sequence[int]) -> tuple[int, ...]:
     out = tuple(mesh)
+    if out and set(map(type, out)) <= _INT and min(out) >= 1:
+        return out
     if not out:
         raise ValueError("the mesh has no dims: give at least one mesh size")
     for m, size in enumerate(out):
@@ -118,6 +125,15 @@ def check_placements(
 ) -> tuple[PlacementSpec, ...]:
     """``ps`` canonical (shard dims non-negative, ``SS<d>:1`` as ``S<d>``), or ValueError
     naming the mesh dim, the placement and why."""
+    return _checked(tuple(ps), ndim, mesh, what)
+
+
+# A table of placement lists (a program has a few dozen): what a list is, canonically, does
+# not depend on the tensor's sizes, only on how many dims it has.
+@functools.lru_cache(maxsize=1024)
+def _checked(
+    ps: tuple[PlacementSpec, ...], ndim: int, mesh: tuple[int, ...], what: str
+) -> tuple[PlacementSpec, ...]:
     if len(ps) != len(mesh):
         raise ValueError(
             f"{what} placements: got {len(ps)} for a mesh of {len(mesh)} dims {mesh}; give "
@@ -170,15 +186,18 @@ def _plan(
     dst: tuple[PlacementSpec, ...],
     joint: bool,
 ) -> Plan:
-    dims = tuple(map(dim_labels, shape, _levels(src, mesh, shape), _levels(dst, mesh, shape)))
-    kinds = [(m, k) for m in range(len(mesh)) if (k := _kind(dims, mesh, src, dst, m))]
+    ndim = len(shape)
+    dims = tuple(map(dim_labels, shape, _levels(src, mesh, ndim), _levels(dst, mesh, ndim)))
     # The mesh dims of each kind of step, in the order the plan takes them (mesh order).
     chunks, scatters, reduces, exchange, gathers, partitions = [], [], [], [], [], []
-    for m, kind in kinds:
-        if kind is Kind.CHUNK:
-            chunks.append(m)
-        elif kind is Kind.ALL_TO_ALL:
+    kinds = []
+    for m, kind in _kinds(src, dst, mesh):
+        if kind is Kind.ALL_TO_ALL:
+            if src[m].dim == dst[m].dim and _same_owner(dims[src[m].dim], m):
+                continue  # the same sub-mode, read two ways
             exchange.append(m)
+        elif kind is Kind.CHUNK:
+            chunks.append(m)
         elif kind is Kind.ALL_GATHER:
             gathers.append(m)
         elif kind is Kind.REDUCE_SCATTER:
@@ -191,6 +210,7 @@ def _plan(
             elif src[m].kind != "R":
                 gathers.append(m)
             partitions.append(m)
+        kinds.append((m, kind))
 
     start = tuple(d.source for d in dims)
     builder = _Builder(dims, mesh_ranks(mesh), start)
@@ -237,43 +257,57 @@ def physical_limit(plan: Plan) -> int:
     return _most(_minus(need, held, ranks))
 
 
+@functools.lru_cache(maxsize=1024)  # a table of placement lists, as ``_checked``
 def _levels(
-    ps: tuple[PlacementSpec, ...], mesh: tuple[int, ...], shape: tuple[int, ...]
-) -> list[tuple[tuple[int, int, int], ...]]:
+    ps: tuple[PlacementSpec, ...], mesh: tuple[int, ...], ndim: int
+) -> tuple[tuple[tuple[int, int, int], ...], ...]:
     """Per tensor dim, ``(mesh dim, mesh size, split factor)`` of each mesh dim sharding it,
     in mesh order; a mesh dim of size 1 holds everything and constrains nothing."""
-    out: list[tuple[tuple[int, int, int], ...]] = [()] * len(shape)
+    out: list[tuple[tuple[int, int, int], ...]] = [()] * ndim
     for m, p in enumerate(ps):
         if (p.kind == "S" or p.kind == "SS") and mesh[m] > 1:
             out[p.dim] += ((m, mesh[m], p.split_factor),)
-    return out
+    return tuple(out)
 
 
-def _kind(
-    dims: tuple[DimLabels, ...],
-    mesh: tuple[int, ...],
-    src: tuple[PlacementSpec, ...],
-    dst: tuple[PlacementSpec, ...],
-    m: int,
-) -> Kind | None:
-    """What mesh dim ``m`` does, or None when it keeps its sub-mode (or has size 1)."""
-    s, t = src[m], dst[m]
-    if mesh[m] == 1:
-        return None
-    if s.kind == "S" or s.kind == "SS":
-        if t.kind == "S" or t.kind == "SS":
-            if s.dim == t.dim and _same_owner(dims[s.dim], m):
-                return None
-            return Kind.ALL_TO_ALL
-        return Kind.PARTITION if t.kind == "P" else Kind.ALL_GATHER
-    if s.kind == "R":
-        if t.kind == "R":
-            return None
-        return Kind.PARTITION if t.kind == "P" else Kind.CHUNK
-    # a Partial source
-    if t.kind == "P":
-        return None if t.reduce_op == s.reduce_op else Kind.PARTITION
-    return Kind.ALL_REDUCE if t.kind == "R" else Kind.REDUCE_SCATTER
+@functools.lru_cache(maxsize=1024)  # a table of placement-list pairs, as ``_checked``
+def _kinds(
+    src: tuple[PlacementSpec, ...], dst: tuple[PlacementSpec, ...], mesh: tuple[int, ...]
+) -> tuple[tuple[int, Kind], ...]:
+    """What each mesh dim does that may move, in mesh order: a mesh dim of size 1, or
+    Replicate or a pending reduction kept, is left out. A shard -> a shard of the same dim
+    (the same placement too: the mesh dims before it may change what it chunks) is an
+    all-to-all unless its sub-mode turns out the same in both (``_same_owner``: that depends
+    on the dim's size and the other levels, so the plan asks)."""
+    out = []
+    for m, (s, t) in enumerate(zip(src, dst, strict=True)):
+        if mesh[m] == 1:
+            continue
+        if s.kind == "S" or s.kind == "SS":
+            if t.kind == "S" or t.kind == "SS":
+                if s == t and _before(src, mesh, s.dim, m) == _before(dst, mesh, s.dim, m):
+                    continue  # the same chunking of the same positions: the same owners
+                kind = Kind.ALL_TO_ALL
+            else:
+                kind = Kind.PARTITION if t.kind == "P" else Kind.ALL_GATHER
+        elif s == t:  # Replicate, or the same pending reduction
+            continue
+        elif s.kind == "R":
+            kind = Kind.PARTITION if t.kind == "P" else Kind.CHUNK
+        elif t.kind == "P":  # a Partial source, another pending reduction
+            kind = Kind.PARTITION
+        else:
+            kind = Kind.ALL_REDUCE if t.kind == "R" else Kind.REDUCE_SCATTER
+        out.append((m, kind))
+    return tuple(out)
+
+
+def _before(
+    ps: tuple[PlacementSpec, ...], mesh: tuple[int, ...], dim: int, m: int
+) -> list[tuple[int, PlacementSpec]]:
+    """The mesh dims before m that shard tensor dim ``dim`` (and their placements): they
+    decide which positions m's placement chunks."""
+    return [(k, p) for k, p in enumerate(ps[:m]) if p.dim == dim and p.shards and mesh[k] > 1]
 
 
 def _same_owner(labels: DimLabels, m: int) -> bool:
