@@ -81,6 +81,7 @@ _PARTITIONABLE = ("sum", "avg", "max", "min")
 
 
 _KIND = operator.attrgetter("kind")
+_SOURCE, _TARGET = operator.attrgetter("source"), operator.attrgetter("target")
 
 
 def _check_partials(src: tuple[PlacementSpec, ...], dst: tuple[PlacementSpec, ...]) -> None:
@@ -212,23 +213,24 @@ def _plan(
             partitions.append(m)
         kinds.append((m, kind))
 
-    start = tuple(d.source for d in dims)
+    start = tuple(map(_SOURCE, dims))
     builder = _Builder(dims, mesh_ranks(mesh), start)
-    builder.add(Kind.CHUNK, chunks, add=DST)
+    if chunks:
+        builder.add(Kind.CHUNK, chunks, DST)
     # Reduce-scatters before all-reduces: each one shrinks what the later reductions move.
     for m in scatters:
-        builder.add(Kind.REDUCE_SCATTER, [m], add=DST, reduce_op=src[m].reduce_op)
+        builder.add(Kind.REDUCE_SCATTER, (m,), DST, None, src[m].reduce_op)
     for m in reduces:
-        builder.add(Kind.ALL_REDUCE, [m], reduce_op=src[m].reduce_op)
+        builder.add(Kind.ALL_REDUCE, (m,), None, None, src[m].reduce_op)
     split = len(exchange) > 1 and not joint
     if split:
         builder.exchange_one_by_one(exchange)
-    else:
-        builder.add(Kind.ALL_TO_ALL, exchange, add=DST, drop=SRC)
+    elif exchange:
+        builder.add(Kind.ALL_TO_ALL, exchange, DST, SRC)
     for m in reversed(gathers):
-        builder.add(Kind.ALL_GATHER, [m], drop=SRC)
+        builder.add(Kind.ALL_GATHER, (m,), None, SRC)
     for m in partitions:
-        builder.add(Kind.PARTITION, [m], reduce_op=dst[m].reduce_op)
+        builder.add(Kind.PARTITION, (m,), None, None, dst[m].reduce_op)
 
     steps = tuple(builder.steps)
     return Plan(
@@ -238,7 +240,7 @@ def _plan(
         dst,
         dims,
         start,
-        tuple(d.target for d in dims),
+        tuple(map(_TARGET, dims)),
         tuple(_move(m, kind, src, dst, steps) for m, kind in kinds),
         steps,
         _most(builder.received),
@@ -428,65 +430,47 @@ class _Builder:
         self,
         kind: Kind,
         mesh_dims: Sequence[int],
-        *,
         add: int | None = None,
         drop: int | None = None,
         reduce_op: str | None = None,
     ) -> None:
-        if not mesh_dims:
-            return
+        """Append a step of ``kind`` over ``mesh_dims`` that adds the slots ``(add, m)`` and
+        drops ``(drop, m)``; its sizes, what the busiest rank receives (or reduces), and its
+        name, read off the states."""
         before = self.state
         after = self.next_state(mesh_dims, add, drop)
         received = reduced = peers = 0
         even = uniform = True  # a local step receives nothing: both hold trivially
-        if kind.reduces:
+        if kind is Kind.ALL_REDUCE or kind is Kind.REDUCE_SCATTER:
             sizes = self.sizes(before)
             self.reduced = _plus(self.reduced, sizes, self.ranks)
             reduced = _most(sizes)
             even = uniform = _flat(sizes)
-        elif not kind.local:
-            kind, got, peers = self._exchange(kind, tuple(mesh_dims), before, after)
+        elif kind is not Kind.CHUNK and kind is not Kind.PARTITION:
+            had, need = self.sizes(before), self.sizes(after)
+            kept = self.sizes(_union(before, after))
+            got = _minus(need, kept, self.ranks)
+            self.received = _plus(self.received, got, self.ranks)
             received = _most(got)
+            peers = self._peers(mesh_dims, after, got) if received else 0
             uniform = _flat(got)
-            even = _flat(self.sizes(before)) and _flat(self.sizes(after))
+            even = _flat(had) and _flat(need)
+            # An all-gather where every rank keeps what it held, a permutation where each
+            # rank's new part comes from one peer, otherwise an all-to-all.
+            if kind is Kind.ALL_GATHER or _each(kept, self.ranks) == _each(had, self.ranks):
+                kind = Kind.ALL_GATHER
+            else:
+                kind = Kind.PERMUTE if peers <= 1 else Kind.ALL_TO_ALL
+        mesh_dims = tuple(mesh_dims)
         self.steps.append(
-            Step(
-                kind,
-                tuple(mesh_dims),
-                before,
-                after,
-                received,
-                reduced,
-                peers,
-                reduce_op,
-                even,
-                uniform,
-            )
+            Step(kind, mesh_dims, before, after, received, reduced, peers, reduce_op, even, uniform)
         )
         self.state = after
-
-    def _exchange(
-        self, kind: Kind, mesh_dims: tuple[int, ...], before: State, after: State
-    ) -> tuple[Kind, PerRank, int]:
-        """The step's name (an all-gather where every rank keeps what it held, a permutation
-        where each rank's new part comes from one peer, otherwise an all-to-all), what each
-        rank receives, and the most peers a rank receives from."""
-        kept = self.sizes(_union(before, after))
-        got = _minus(self.sizes(after), kept, self.ranks)
-        self.received = _plus(self.received, got, self.ranks)
-        peers = self._peers(mesh_dims, after, got)
-        if kind is Kind.ALL_GATHER or _each(kept, self.ranks) == _each(
-            self.sizes(before), self.ranks
-        ):
-            return Kind.ALL_GATHER, got, peers
-        return (Kind.PERMUTE if peers <= 1 else Kind.ALL_TO_ALL), got, peers
 
     def _peers(self, mesh_dims: tuple[int, ...], after: State, got: PerRank) -> int:
         """The most peers a rank receives from: an element's sender is the rank whose source
         owners on ``mesh_dims`` hold it, so a rank's senders are the combinations of those
         owners among the positions it needs, less itself."""
-        if not _most(got):
-            return 0
         # per rank, the product of each dim's sender counts and whether every dim's senders
         # include the rank itself (a dim whose senders are the same on every rank: one pair)
         counts: Iterator[int] = itertools.repeat(1)
@@ -513,11 +497,11 @@ class _Builder:
             trial.received = self.received
             trial._sizes = self._sizes
             for m in order:
-                trial.add(Kind.ALL_TO_ALL, [m], add=DST, drop=SRC)
+                trial.add(Kind.ALL_TO_ALL, (m,), DST, SRC)
             return _most(trial.received)
 
         for m in min(itertools.permutations(mesh_dims), key=worst):
-            self.add(Kind.ALL_TO_ALL, [m], add=DST, drop=SRC)
+            self.add(Kind.ALL_TO_ALL, (m,), DST, SRC)
 
 
 def transfers(plan: Plan, step: Step) -> tuple[tuple[tuple[int, ...], tuple[int, ...], int], ...]:
