@@ -715,11 +715,14 @@ GROUPS = (GRAPH, GREEDY, NONE)
 
 
 def clear_ours() -> None:
-    """Empty cute_shard's redistribution caches: the DTensor side's plans and prices, the
-    planner's plans and the ownership labels. The per-mesh tables (``labels.mesh_ranks``, a
-    mesh's shape and group) and the per-placement notation table stay warm, as torch's
-    per-mesh ``MeshTopoInfo`` does: they are filled once per mesh or placement value in a
-    program, not per redistribution."""
+    """Empty cute_shard's redistribution caches: everything keyed by a tensor's sizes (the
+    DTensor side's plans and prices, the planner's plans and the ownership labels). The
+    tables keyed by a mesh or by placements alone stay warm, as torch's per-mesh
+    ``MeshTopoInfo`` does: the per-mesh tables (``labels.mesh_ranks``, a mesh's shape and
+    group), the per-placement notation table, and the planner's tables of placement lists
+    (a list's canonical form, each tensor dim's levels, what each mesh dim does). A program
+    fills them once per mesh, placement or pair of placement lists, whatever its sizes; a
+    new sequence length every step still plans cold."""
     ours_dtensor.cache_clear(tables=False)
     for module, names in ((ours_plan, ("_plan",)), (ours_labels, ("dim_labels", "dim_runs"))):
         for name in names:

@@ -97,6 +97,7 @@ def _check_partials(src: tuple[PlacementSpec, ...], dst: tuple[PlacementSpec, ..
 
 
 _INT = frozenset({int})
+_DIM, _SPLIT = operator.attrgetter("dim"), operator.attrgetter("split_factor")
 
 
 def _shape(shape: Sequence[int]) -> tuple[int, ...]:
@@ -126,7 +127,11 @@ def check_placements(
 ) -> tuple[PlacementSpec, ...]:
     """``ps`` canonical (shard dims non-negative, ``SS<d>:1`` as ``S<d>``), or ValueError
     naming the mesh dim, the placement and why."""
-    return _checked(tuple(ps), ndim, mesh, what)
+    ps = tuple(ps)
+    if set(map(type, map(_DIM, ps))) | set(map(type, map(_SPLIT, ps))) <= _INT:
+        return _checked(ps, ndim, mesh, what)
+    # not ints (2.0 equals 2, so the table would answer for it): checked, not looked up
+    return _checked.__wrapped__(ps, ndim, mesh, what)
 
 
 # A table of placement lists (a program has a few dozen): what a list is, canonically, does
@@ -467,7 +472,7 @@ class _Builder:
         )
         self.state = after
 
-    def _peers(self, mesh_dims: tuple[int, ...], after: State, got: PerRank) -> int:
+    def _peers(self, mesh_dims: Sequence[int], after: State, got: PerRank) -> int:
         """The most peers a rank receives from: an element's sender is the rank whose source
         owners on ``mesh_dims`` hold it, so a rank's senders are the combinations of those
         owners among the positions it needs, less itself."""
