@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["Chunking", "chunk_len", "chunk_lens", "chunking"]
+__all__ = ["Chunking", "chunk_len", "chunk_lens", "chunk_size", "chunking"]
 
 
 class Chunking(NamedTuple):
@@ -59,6 +59,17 @@ class Chunking(NamedTuple):
         return [self.size] * self.full + [0] * (parts - self.full)
 
 
+def chunk_size(n: int, parts: int) -> int:
+    """The rows of each full chunk when ``torch.chunk`` cuts ``n`` rows into ``parts``:
+    ``ceil(n / parts)``, 0 for no rows (the one formula the model rests on; unchecked, for
+    the planners' hot paths: ``n >= 0``, ``parts >= 1``).
+
+    >>> chunk_size(10, 4), chunk_size(5, 4), chunk_size(0, 4)
+    (3, 2, 0)
+    """
+    return -(-n // parts)
+
+
 def chunking(n: int, parts: int) -> Chunking:
     """How ``torch.chunk`` cuts ``n`` rows into ``parts`` (DTensor pads to ``parts`` chunks).
 
@@ -73,7 +84,7 @@ def chunking(n: int, parts: int) -> Chunking:
         raise ValueError(f"chunking: expected n >= 0 rows and parts >= 1, got n={n}, parts={parts}")
     if not n:
         return Chunking(0, 0, 0)
-    size = -(-n // parts)
+    size = chunk_size(n, parts)
     full, last = divmod(n, size)
     return Chunking(size, full, last)
 
@@ -118,7 +129,7 @@ def chunk_len(length: int, sf: int, m: int, rank: int) -> int:
 def _rows(n: int, parts: int, index: int) -> int:
     """The rows of chunk ``index`` of ``n`` rows cut into ``parts``: :func:`chunking`'s
     ``size``, ``last`` or 0, read off the chunk's bounds without building the Chunking."""
-    size = -(-n // parts)
+    size = chunk_size(n, parts)
     return max(0, min(size * (index + 1), n) - size * index)
 
 

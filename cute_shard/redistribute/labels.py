@@ -41,6 +41,8 @@ import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from ..chunks import chunk_size
+
 __all__ = [
     "DST",
     "SRC",
@@ -64,12 +66,11 @@ DST = 1
 
 
 def chunk(length: int, parts: int) -> list[tuple[int, int]]:
-    """torch.chunk's pieces of ``range(length)`` into ``parts``, padded with empty pieces:
-    piece size ``ceil(length / parts)``, the tail shorter or empty."""
+    """torch.chunk's pieces of ``range(length)`` into ``parts`` (the chunk model,
+    ``cute_shard.chunks``), padded with empty pieces: the tail shorter or empty."""
     if not length:
         return [(0, 0)] * parts
-    size = -(-length // parts)
-    starts = range(0, length, size)
+    starts = range(0, length, chunk_size(length, parts))
     pieces = list(zip(starts, [*starts[1:], length], strict=True))
     return pieces + [(length, length)] * (parts - len(pieces))
 
@@ -86,7 +87,7 @@ def dim_runs(n: int, levels: tuple[tuple[int, int], ...]) -> tuple[Run, ...]:
         return ((0, n, ()),) if n else ()
     sizes, factors = zip(*levels, strict=True)
     if len(levels) == 1 and factors[0] == 1:  # one Shard: torch.chunk's pieces, in order
-        piece = -(-n // sizes[0])
+        piece = chunk_size(n, sizes[0])
         starts = range(0, n, piece)
         return tuple(zip(starts, [*starts[1:], n], zip(range(len(starts))), strict=True))
     if max(factors) == 1:
@@ -133,7 +134,7 @@ def _cut(
     and a shorter ``tail``; every full piece is cut alike, so a coordinate's ranges in them
     are one range repeated at a stride of ``piece`` (written with ``range``, not a loop)."""
     length = sum(map(operator.sub, map(_STOP, intervals), map(_START, intervals)))
-    piece = -(-length // split_factor)
+    piece = chunk_size(length, split_factor)
     full = length // piece if piece else 0
     span = full * piece
     local: list[list[tuple[int, int]]] = []

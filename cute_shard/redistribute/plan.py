@@ -152,6 +152,11 @@ def _checked(
             out.append(p)
         elif kind == "S" or kind == "SS":
             dim, sf = p.dim, p.split_factor
+            if type(dim) is not int:
+                raise ValueError(
+                    f"{what} placement {p} on mesh dim {m}: the tensor dim it shards must be "
+                    f"an int, got {dim!r}"
+                )
             if not -ndim <= dim < ndim:
                 raise ValueError(
                     f"{what} placement {p} on mesh dim {m} shards tensor dim {dim}, which a "

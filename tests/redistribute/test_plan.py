@@ -358,6 +358,14 @@ BAD: list[tuple[str, tuple, tuple, tuple, tuple, str]] = [
         r"mesh dim 0: .*split factor.*must be an int >= 1, got 2\.0",
     ),
     (
+        "shard dim not an int",
+        (8,),
+        (4,),
+        (P("S", 0.0),),
+        (P("R"),),
+        r"source placement .* on mesh dim 0: the tensor dim it shards must be an int, got 0\.0",
+    ),
+    (
         "too few placements",
         (8,),
         (2, 4),
