@@ -459,15 +459,24 @@ class _Builder:
         elif kind is not Kind.CHUNK and kind is not Kind.PARTITION:
             had, need = self.sizes(before), self.sizes(after)
             kept = self.sizes(_union(before, after))
-            got = _minus(need, kept, self.ranks)
+            if type(need) is int and type(kept) is int:  # every rank alike: one number
+                got: PerRank = need - kept
+                received = got
+                uniform = True
+            else:
+                got = tuple(map(operator.sub, _each(need, self.ranks), _each(kept, self.ranks)))
+                received = max(got)
+                uniform = min(got) == received
             self.received = _plus(self.received, got, self.ranks)
-            received = _most(got)
             peers = self._peers(mesh_dims, after, got) if received else 0
-            uniform = _flat(got)
             even = _flat(had) and _flat(need)
             # An all-gather where every rank keeps what it held, a permutation where each
             # rank's new part comes from one peer, otherwise an all-to-all.
-            if kind is Kind.ALL_GATHER or _each(kept, self.ranks) == _each(had, self.ranks):
+            if (
+                kind is Kind.ALL_GATHER
+                or kept == had
+                or _each(kept, self.ranks) == _each(had, self.ranks)
+            ):
                 kind = Kind.ALL_GATHER
             else:
                 kind = Kind.PERMUTE if peers <= 1 else Kind.ALL_TO_ALL
