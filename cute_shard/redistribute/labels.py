@@ -382,6 +382,14 @@ def mesh_ranks(mesh: tuple[int, ...]) -> Ranks:
     return Ranks(mesh, tuple(itertools.product(*(range(size) for size in mesh))))
 
 
+@functools.lru_cache(maxsize=1024)  # a table: placements and the mesh alone decide levels
+def _side(
+    levels: tuple[tuple[int, int, int], ...], side: int
+) -> tuple[tuple[Slot, ...], tuple[tuple[int, int], ...]]:
+    """One side's slots and its ``(mesh size, split factor)`` levels (``dim_runs``' input)."""
+    return tuple([(side, m) for m, _, _ in levels]), tuple([lv[1:] for lv in levels])
+
+
 @functools.lru_cache(maxsize=4096)
 def dim_labels(
     n: int,
@@ -393,15 +401,15 @@ def dim_labels(
     sharding the dim, in mesh-dim order."""
     if not src and not dst:
         return DimLabels(n, (), ((0, n, ()),) if n else ())
-    source = tuple([(SRC, m) for m, _, _ in src])
-    target = tuple([(DST, m) for m, _, _ in dst])
+    source, src_levels = _side(src, SRC)
+    target, dst_levels = _side(dst, DST)
     slots = source + target
     if not dst:
-        return DimLabels(n, slots, dim_runs(n, tuple([lv[1:] for lv in src])), source)
-    b = dim_runs(n, tuple([lv[1:] for lv in dst]))
+        return DimLabels(n, slots, dim_runs(n, src_levels), source)
+    b = dim_runs(n, dst_levels)
     if not src:
         return DimLabels(n, slots, b, (), target)
-    a = dim_runs(n, tuple([lv[1:] for lv in src]))
+    a = dim_runs(n, src_levels)
     if a is b:  # the same levels: the same cuts, each run once
         return DimLabels(n, slots, tuple([(x, y, c + c) for x, y, c in a]), source, target, (a, b))
     # Cut at both runs' starts; each segment carries the labels of the runs holding it.
