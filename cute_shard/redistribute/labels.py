@@ -54,6 +54,7 @@ __all__ = [
     "dim_labels",
     "dim_runs",
     "mesh_ranks",
+    "side",
 ]
 
 # A run of a dim: [start, stop) and the owner coordinate on each mesh dim sharding the dim,
@@ -383,7 +384,7 @@ def mesh_ranks(mesh: tuple[int, ...]) -> Ranks:
 
 
 @functools.lru_cache(maxsize=1024)  # a table: placements and the mesh alone decide levels
-def _side(
+def side(
     levels: tuple[tuple[int, int, int], ...], side: int
 ) -> tuple[tuple[Slot, ...], tuple[tuple[int, int], ...]]:
     """One side's slots and its ``(mesh size, split factor)`` levels (``dim_runs``' input)."""
@@ -401,8 +402,8 @@ def dim_labels(
     sharding the dim, in mesh-dim order."""
     if not src and not dst:
         return DimLabels(n, (), ((0, n, ()),) if n else ())
-    source, src_levels = _side(src, SRC)
-    target, dst_levels = _side(dst, DST)
+    source, src_levels = side(src, SRC)
+    target, dst_levels = side(dst, DST)
     slots = source + target
     if not dst:
         return DimLabels(n, slots, dim_runs(n, src_levels), source)

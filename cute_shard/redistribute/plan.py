@@ -40,9 +40,10 @@ import functools
 import itertools
 import operator
 from collections.abc import Iterator, Sequence
+from typing import NamedTuple
 
 from ..notation import REDUCE_OPS, PlacementSpec
-from .labels import DST, SRC, DimLabels, Ranks, dim_labels, mesh_ranks
+from .labels import DST, SRC, DimLabels, Ranks, Slot, dim_labels, mesh_ranks, side
 from .types import Kind, Move, Plan, State, Step
 
 __all__ = ["check_placements", "physical_limit", "plan_redistribution"]
@@ -81,7 +82,7 @@ _PARTITIONABLE = ("sum", "avg", "max", "min")
 
 
 _KIND = operator.attrgetter("kind")
-_SOURCE, _TARGET = operator.attrgetter("source"), operator.attrgetter("target")
+_SLOTS = operator.attrgetter("slots")
 
 
 def _check_partials(src: tuple[PlacementSpec, ...], dst: tuple[PlacementSpec, ...]) -> None:
@@ -198,13 +199,83 @@ def _plan(
     joint: bool,
 ) -> Plan:
     ndim = len(shape)
-    dims = tuple(map(dim_labels, shape, _levels(src, mesh, ndim), _levels(dst, mesh, ndim)))
+    src_levels, dst_levels = _levels(src, mesh, ndim), _levels(dst, mesh, ndim)
+    dims = tuple(map(dim_labels, shape, src_levels, dst_levels))
+    # which shards of one dim to another of the same dim keep their owners: that alone
+    # depends on the sizes; the rest of the plan's shape is a table of the placements
+    keep = tuple([m for m in _kinds(src, dst, mesh).same_dim if _same_owner(dims[src[m].dim], m)])
+    shape_of = _skeleton(src, dst, mesh, ndim, keep, joint)
+    builder = _Builder(dims, mesh_ranks(mesh), shape_of.start)
+    for bone in shape_of.bones:
+        if bone.kind is Kind.ALL_TO_ALL and shape_of.split:
+            builder.exchange_one_by_one(bone.mesh_dims)
+        else:
+            builder.add(bone)
+    steps = tuple(builder.steps)
+    return Plan(
+        shape,
+        mesh,
+        src,
+        dst,
+        dims,
+        shape_of.start,
+        shape_of.final,
+        tuple(_move(m, kind, src, dst, steps) for m, kind in shape_of.moves),
+        steps,
+        _most(builder.received),
+        _most(builder.reduced),
+        shape_of.split,
+    )
+
+
+class _Kinds(NamedTuple):
+    """What each mesh dim that may move does, in mesh order, and which of them shard a
+    tensor dim to the same tensor dim (an exchange only if the owners differ)."""
+
+    moves: tuple[tuple[int, Kind], ...]
+    same_dim: tuple[int, ...]
+
+
+class _Bone(NamedTuple):
+    """One step of a plan's shape: what it does, over which mesh dims, from and to which
+    state, and the state of both (the positions that meet both states' constraints)."""
+
+    kind: Kind
+    mesh_dims: tuple[int, ...]
+    before: State
+    after: State
+    both: State
+    reduce_op: str | None = None
+
+
+class _Shape(NamedTuple):
+    """A plan without its sizes: the moves, the start and final states and the steps
+    (``split``: the exchange moves one mesh dim at a time, in an order the sizes decide)."""
+
+    moves: tuple[tuple[int, Kind], ...]
+    start: State
+    final: State
+    bones: tuple[_Bone, ...]
+    split: bool
+
+
+@functools.lru_cache(maxsize=1024)  # a table of placement-list pairs, as ``_checked``
+def _skeleton(
+    src: tuple[PlacementSpec, ...],
+    dst: tuple[PlacementSpec, ...],
+    mesh: tuple[int, ...],
+    ndim: int,
+    keep: tuple[int, ...],
+    joint: bool,
+) -> _Shape:
+    """The plan's steps and states for these placements, the same-dim mesh dims in ``keep``
+    keeping their owners: they depend on the sizes only through ``keep``."""
     # The mesh dims of each kind of step, in the order the plan takes them (mesh order).
     chunks, scatters, reduces, exchange, gathers, partitions = [], [], [], [], [], []
-    kinds = []
-    for m, kind in _kinds(src, dst, mesh):
+    moves = []
+    for m, kind in _kinds(src, dst, mesh).moves:
         if kind is Kind.ALL_TO_ALL:
-            if src[m].dim == dst[m].dim and _same_owner(dims[src[m].dim], m):
+            if m in keep:
                 continue  # the same sub-mode, read two ways
             exchange.append(m)
         elif kind is Kind.CHUNK:
@@ -221,42 +292,68 @@ def _plan(
             elif src[m].kind != "R":
                 gathers.append(m)
             partitions.append(m)
-        kinds.append((m, kind))
+        moves.append((m, kind))
+    start = tuple([side(levels, SRC)[0] for levels in _levels(src, mesh, ndim)])
+    final = tuple([side(levels, DST)[0] for levels in _levels(dst, mesh, ndim)])
+    slots = tuple(map(operator.add, start, final))  # every dim's, as its DimLabels has them
+    bones: list[_Bone] = []
+    state = start
 
-    start = tuple(map(_SOURCE, dims))
-    builder = _Builder(dims, mesh_ranks(mesh), start)
+    def step(
+        kind: Kind,
+        dims: Sequence[int],
+        add: int | None,
+        drop: int | None,
+        reduce_op: str | None = None,
+    ) -> None:
+        nonlocal state
+        after = next_state(slots, state, dims, add, drop)
+        bones.append(_Bone(kind, tuple(dims), state, after, _union(state, after), reduce_op))
+        state = after
+
     if chunks:
-        builder.add(Kind.CHUNK, chunks, DST)
+        step(Kind.CHUNK, chunks, DST, None)
     # Reduce-scatters before all-reduces: each one shrinks what the later reductions move.
     for m in scatters:
-        builder.add(Kind.REDUCE_SCATTER, (m,), DST, None, src[m].reduce_op)
+        step(Kind.REDUCE_SCATTER, (m,), DST, None, src[m].reduce_op)
     for m in reduces:
-        builder.add(Kind.ALL_REDUCE, (m,), None, None, src[m].reduce_op)
-    split = len(exchange) > 1 and not joint
-    if split:
-        builder.exchange_one_by_one(exchange)
-    elif exchange:
-        builder.add(Kind.ALL_TO_ALL, exchange, DST, SRC)
+        step(Kind.ALL_REDUCE, (m,), None, None, src[m].reduce_op)
+    if exchange:
+        step(Kind.ALL_TO_ALL, exchange, DST, SRC)
     for m in reversed(gathers):
-        builder.add(Kind.ALL_GATHER, (m,), None, SRC)
+        step(Kind.ALL_GATHER, (m,), None, SRC)
     for m in partitions:
-        builder.add(Kind.PARTITION, (m,), None, None, dst[m].reduce_op)
+        step(Kind.PARTITION, (m,), None, None, dst[m].reduce_op)
+    return _Shape(tuple(moves), start, final, tuple(bones), len(exchange) > 1 and not joint)
 
-    steps = tuple(builder.steps)
-    return Plan(
-        shape,
-        mesh,
-        src,
-        dst,
-        dims,
-        start,
-        tuple(map(_TARGET, dims)),
-        tuple(_move(m, kind, src, dst, steps) for m, kind in kinds),
-        steps,
-        _most(builder.received),
-        _most(builder.reduced),
-        split,
-    )
+
+def next_state(
+    slots: tuple[tuple[Slot, ...], ...],
+    state: State,
+    mesh_dims: Sequence[int],
+    add: int | None,
+    drop: int | None,
+) -> State:
+    """``state`` with the slots ``(add, m)`` added and ``(drop, m)`` dropped for each mesh
+    dim m of ``mesh_dims``; ``slots`` lists every tensor dim's slots, in order."""
+    out = []
+    for every, held in zip(slots, state, strict=True):
+        if not every:
+            out.append(held)
+            continue
+        # one pass over the dim's slots, which are in order: the state's, less the dropped
+        # ones, and the added ones
+        out.append(
+            tuple(
+                [
+                    s
+                    for s in every
+                    if (s[1] in mesh_dims and s[0] == add)
+                    or (s in held and not (s[1] in mesh_dims and s[0] == drop))
+                ]
+            )
+        )
+    return tuple(out)
 
 
 def physical_limit(plan: Plan) -> int:
@@ -285,13 +382,13 @@ def _levels(
 @functools.lru_cache(maxsize=1024)  # a table of placement-list pairs, as ``_checked``
 def _kinds(
     src: tuple[PlacementSpec, ...], dst: tuple[PlacementSpec, ...], mesh: tuple[int, ...]
-) -> tuple[tuple[int, Kind], ...]:
+) -> _Kinds:
     """What each mesh dim does that may move, in mesh order: a mesh dim of size 1, or
     Replicate or a pending reduction kept, is left out. A shard -> a shard of the same dim
     (the same placement too: the mesh dims before it may change what it chunks) is an
     all-to-all unless its sub-mode turns out the same in both (``_same_owner``: that depends
     on the dim's size and the other levels, so the plan asks)."""
-    out = []
+    out, same_dim = [], []
     for m, (s, t) in enumerate(zip(src, dst, strict=True)):
         if mesh[m] == 1:
             continue
@@ -300,6 +397,8 @@ def _kinds(
                 if s == t and _before(src, mesh, s.dim, m) == _before(dst, mesh, s.dim, m):
                     continue  # the same chunking of the same positions: the same owners
                 kind = Kind.ALL_TO_ALL
+                if s.dim == t.dim:
+                    same_dim.append(m)
             else:
                 kind = Kind.PARTITION if t.kind == "P" else Kind.ALL_GATHER
         elif s == t:  # Replicate, or the same pending reduction
@@ -311,7 +410,7 @@ def _kinds(
         else:
             kind = Kind.ALL_REDUCE if t.kind == "R" else Kind.REDUCE_SCATTER
         out.append((m, kind))
-    return tuple(out)
+    return _Kinds(tuple(out), tuple(same_dim))
 
 
 def _before(
@@ -416,39 +515,10 @@ class _Builder:
             out = self._sizes[state] = _sizes(self.dims, state, self.ranks)
         return out
 
-    def next_state(self, mesh_dims: Sequence[int], add: int | None, drop: int | None) -> State:
-        out = []
-        for d, slots in zip(self.dims, self.state, strict=True):
-            if not d.slots:
-                out.append(slots)
-                continue
-            # one pass over the dim's slots, which are in order: the state's, less the
-            # dropped ones, and the added ones
-            out.append(
-                tuple(
-                    [
-                        s
-                        for s in d.slots
-                        if (s[1] in mesh_dims and s[0] == add)
-                        or (s in slots and not (s[1] in mesh_dims and s[0] == drop))
-                    ]
-                )
-            )
-        return tuple(out)
-
-    def add(
-        self,
-        kind: Kind,
-        mesh_dims: Sequence[int],
-        add: int | None = None,
-        drop: int | None = None,
-        reduce_op: str | None = None,
-    ) -> None:
-        """Append a step of ``kind`` over ``mesh_dims`` that adds the slots ``(add, m)`` and
-        drops ``(drop, m)``; its sizes, what the busiest rank receives (or reduces), and its
-        name, read off the states."""
-        before = self.state
-        after = self.next_state(mesh_dims, add, drop)
+    def add(self, bone: _Bone) -> None:
+        """Append the step ``bone`` (from the current state): its sizes, what the busiest
+        rank receives (or reduces), and its name, read off its states."""
+        kind, mesh_dims, before, after = bone.kind, bone.mesh_dims, bone.before, bone.after
         received = reduced = peers = 0
         even = uniform = True  # a local step receives nothing: both hold trivially
         if kind is Kind.ALL_REDUCE or kind is Kind.REDUCE_SCATTER:
@@ -458,7 +528,7 @@ class _Builder:
             even = uniform = _flat(sizes)
         elif kind is not Kind.CHUNK and kind is not Kind.PARTITION:
             had, need = self.sizes(before), self.sizes(after)
-            kept = self.sizes(_union(before, after))
+            kept = self.sizes(bone.both)
             if type(need) is int and type(kept) is int:  # every rank alike: one number
                 got: PerRank = need - kept
                 received = got
@@ -480,9 +550,19 @@ class _Builder:
                 kind = Kind.ALL_GATHER
             else:
                 kind = Kind.PERMUTE if peers <= 1 else Kind.ALL_TO_ALL
-        mesh_dims = tuple(mesh_dims)
         self.steps.append(
-            Step(kind, mesh_dims, before, after, received, reduced, peers, reduce_op, even, uniform)
+            Step(
+                kind,
+                mesh_dims,
+                before,
+                after,
+                received,
+                reduced,
+                peers,
+                bone.reduce_op,
+                even,
+                uniform,
+            )
         )
         self.state = after
 
@@ -507,20 +587,26 @@ class _Builder:
         peers = map(operator.sub, counts, selves)
         return max(itertools.compress(peers, _each(got, self.ranks)), default=0)
 
-    def exchange_one_by_one(self, mesh_dims: list[int]) -> None:
+    def exchange_one_by_one(self, mesh_dims: tuple[int, ...]) -> None:
         """Without a collective over several mesh dims, replace one constraint at a time, in
         the order whose busiest rank receives least."""
+        slots = tuple(map(_SLOTS, self.dims))
+
+        def exchange(builder: _Builder, m: int) -> None:
+            before = builder.state
+            after = next_state(slots, before, (m,), DST, SRC)
+            builder.add(_Bone(Kind.ALL_TO_ALL, (m,), before, after, _union(before, after)))
 
         def worst(order: tuple[int, ...]) -> int:
             trial = _Builder(self.dims, self.ranks, self.state)
             trial.received = self.received
             trial._sizes = self._sizes
             for m in order:
-                trial.add(Kind.ALL_TO_ALL, (m,), DST, SRC)
+                exchange(trial, m)
             return _most(trial.received)
 
         for m in min(itertools.permutations(mesh_dims), key=worst):
-            self.add(Kind.ALL_TO_ALL, (m,), DST, SRC)
+            exchange(self, m)
 
 
 def transfers(plan: Plan, step: Step) -> tuple[tuple[tuple[int, ...], tuple[int, ...], int], ...]:
