@@ -531,7 +531,7 @@ class _Builder:
             kept = self.sizes(bone.both)
             if type(need) is int and type(kept) is int:  # every rank alike: one number
                 got: PerRank = need - kept
-                received = got
+                received = need - kept
                 uniform = True
             else:
                 got = tuple(map(operator.sub, _each(need, self.ranks), _each(kept, self.ranks)))
