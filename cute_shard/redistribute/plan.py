@@ -82,7 +82,7 @@ _PARTITIONABLE = ("sum", "avg", "max", "min")
 
 
 _KIND = operator.attrgetter("kind")
-_SLOTS = operator.attrgetter("slots")
+_SLOTS, _SOURCE = operator.attrgetter("slots"), operator.attrgetter("source")
 
 
 def _check_partials(src: tuple[PlacementSpec, ...], dst: tuple[PlacementSpec, ...]) -> None:
@@ -246,6 +246,8 @@ class _Bone(NamedTuple):
     after: State
     both: State
     reduce_op: str | None = None
+    # the tensor dims a data step's senders are read on: (dim, its source slots on mesh_dims)
+    senders: tuple[tuple[int, tuple[Slot, ...]], ...] = ()
 
 
 class _Shape(NamedTuple):
@@ -308,7 +310,8 @@ def _skeleton(
     ) -> None:
         nonlocal state
         after = next_state(slots, state, dims, add, drop)
-        bones.append(_Bone(kind, tuple(dims), state, after, _union(state, after), reduce_op))
+        both = _union(state, after)
+        bones.append(_Bone(kind, tuple(dims), state, after, both, reduce_op, _senders(start, dims)))
         state = after
 
     if chunks:
@@ -325,6 +328,17 @@ def _skeleton(
     for m in partitions:
         step(Kind.PARTITION, (m,), None, None, dst[m].reduce_op)
     return _Shape(tuple(moves), start, final, tuple(bones), len(exchange) > 1 and not joint)
+
+
+def _senders(start: State, mesh_dims: Sequence[int]) -> tuple[tuple[int, tuple[Slot, ...]], ...]:
+    """Per tensor dim a source mesh dim of ``mesh_dims`` shards, that dim and those slots:
+    where a step over ``mesh_dims`` reads whose data a rank receives."""
+    out = []
+    for i, held in enumerate(start):
+        on = tuple([s for s in held if s[1] in mesh_dims])
+        if on:
+            out.append((i, on))
+    return tuple(out)
 
 
 def next_state(
@@ -538,7 +552,7 @@ class _Builder:
                 received = max(got)
                 uniform = min(got) == received
             self.received = _plus(self.received, got, self.ranks)
-            peers = self._peers(mesh_dims, after, got) if received else 0
+            peers = self._peers(bone.senders, after, got) if received else 0
             even = _flat(had) and _flat(need)
             # An all-gather where every rank keeps what it held, a permutation where each
             # rank's new part comes from one peer, otherwise an all-to-all.
@@ -566,24 +580,25 @@ class _Builder:
         )
         self.state = after
 
-    def _peers(self, mesh_dims: Sequence[int], after: State, got: PerRank) -> int:
+    def _peers(
+        self, senders: tuple[tuple[int, tuple[Slot, ...]], ...], after: State, got: PerRank
+    ) -> int:
         """The most peers a rank receives from: an element's sender is the rank whose source
-        owners on ``mesh_dims`` hold it, so a rank's senders are the combinations of those
-        owners among the positions it needs, less itself."""
+        owners on the step's mesh dims (``senders``: per tensor dim, their slots) hold it, so
+        a rank's senders are the combinations of those owners among the positions it needs,
+        less itself."""
         # per rank, the product of each dim's sender counts and whether every dim's senders
         # include the rank itself (a dim whose senders are the same on every rank: one pair)
         counts: Iterator[int] = itertools.repeat(1)
         selves: Iterator[bool] = itertools.repeat(True)
-        for d, slots in zip(self.dims, after, strict=True):
-            sources = tuple([s for s in d.source if s[1] in mesh_dims])
-            if sources:
-                senders = d.senders(slots, sources, self.ranks)
-                if type(senders[0]) is int:
-                    many, own = itertools.repeat(senders[0]), itertools.repeat(senders[1])
-                else:
-                    many, own = zip(*senders, strict=True)  # type: ignore[assignment]
-                counts = map(operator.mul, counts, many)
-                selves = map(operator.and_, selves, own)
+        for i, sources in senders:
+            per = self.dims[i].senders(after[i], sources, self.ranks)
+            if type(per[0]) is int:
+                many, own = itertools.repeat(per[0]), itertools.repeat(per[1])
+            else:
+                many, own = zip(*per, strict=True)  # type: ignore[assignment]
+            counts = map(operator.mul, counts, many)
+            selves = map(operator.and_, selves, own)
         peers = map(operator.sub, counts, selves)
         return max(itertools.compress(peers, _each(got, self.ranks)), default=0)
 
@@ -595,7 +610,11 @@ class _Builder:
         def exchange(builder: _Builder, m: int) -> None:
             before = builder.state
             after = next_state(slots, before, (m,), DST, SRC)
-            builder.add(_Bone(Kind.ALL_TO_ALL, (m,), before, after, _union(before, after)))
+            both = _union(before, after)
+            start = tuple(map(_SOURCE, self.dims))
+            builder.add(
+                _Bone(Kind.ALL_TO_ALL, (m,), before, after, both, None, _senders(start, (m,)))
+            )
 
         def worst(order: tuple[int, ...]) -> int:
             trial = _Builder(self.dims, self.ranks, self.state)
