@@ -220,7 +220,7 @@ def _plan(
         dims,
         shape_of.start,
         shape_of.final,
-        tuple(_move(m, kind, src, dst, steps) for m, kind in shape_of.moves),
+        _moves(shape_of, steps),
         steps,
         _most(builder.received),
         _most(builder.reduced),
@@ -252,13 +252,16 @@ class _Bone(NamedTuple):
 
 class _Shape(NamedTuple):
     """A plan without its sizes: the moves, the start and final states and the steps
-    (``split``: the exchange moves one mesh dim at a time, in an order the sizes decide)."""
+    (``split``: the exchange moves one mesh dim at a time, in an order the sizes decide).
+    ``exchanges``: where the exchanging moves are in ``moves`` (named once the sizes say which
+    collective their step is)."""
 
-    moves: tuple[tuple[int, Kind], ...]
+    moves: tuple[Move, ...]
     start: State
     final: State
     bones: tuple[_Bone, ...]
     split: bool
+    exchanges: tuple[int, ...]
 
 
 @functools.lru_cache(maxsize=1024)  # a table of placement-list pairs, as ``_checked``
@@ -327,7 +330,16 @@ def _skeleton(
         step(Kind.ALL_GATHER, (m,), None, SRC)
     for m in partitions:
         step(Kind.PARTITION, (m,), None, None, dst[m].reduce_op)
-    return _Shape(tuple(moves), start, final, tuple(bones), len(exchange) > 1 and not joint)
+    split = len(exchange) > 1 and not joint
+    together = () if split else tuple(exchange)
+    out = tuple(
+        Move(m, src[m], dst[m], kind, tuple([o for o in together if o != m]))
+        if kind is Kind.ALL_TO_ALL
+        else Move(m, src[m], dst[m], kind)
+        for m, kind in moves
+    )
+    exchanges = tuple([i for i, (_, kind) in enumerate(moves) if kind is Kind.ALL_TO_ALL])
+    return _Shape(out, start, final, tuple(bones), split, exchanges)
 
 
 def _senders(start: State, mesh_dims: Sequence[int]) -> tuple[tuple[int, tuple[Slot, ...]], ...]:
@@ -441,21 +453,20 @@ def _same_owner(labels: DimLabels, m: int) -> bool:
     return all(lab[a] == lab[b] for lab in labels.counts(labels.slots))
 
 
-def _move(
-    m: int,
-    kind: Kind,
-    src: tuple[PlacementSpec, ...],
-    dst: tuple[PlacementSpec, ...],
-    steps: tuple[Step, ...],
-) -> Move:
-    """Mesh dim m's move; an exchanging one named by the collective its step became (a
-    permutation or an all-to-all) and told which mesh dims moved with it."""
-    if kind is Kind.ALL_TO_ALL:
+def _moves(shape_of: _Shape, steps: tuple[Step, ...]) -> tuple[Move, ...]:
+    """The plan's moves: an exchanging one named by the collective its step became (a
+    permutation or an all-to-all: that depends on the sizes), the others as the shape has
+    them."""
+    if not shape_of.exchanges:
+        return shape_of.moves
+    out = list(shape_of.moves)
+    for i in shape_of.exchanges:
+        move = out[i]
         for step in steps:
-            if m in step.mesh_dims:
-                others = tuple([o for o in step.mesh_dims if o != m])
-                return Move(m, src[m], dst[m], step.kind, others)
-    return Move(m, src[m], dst[m], kind)
+            if move.mesh_dim in step.mesh_dims:
+                out[i] = Move(move.mesh_dim, move.src, move.dst, step.kind, move.together)
+                break
+    return tuple(out)
 
 
 # ------------------------------------------------------------------------ sizes per rank
