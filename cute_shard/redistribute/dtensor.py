@@ -32,7 +32,6 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-import operator
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -295,41 +294,54 @@ def _priced(current: DTensorSpec, target: DTensorSpec, joint: bool) -> float | N
         return float("inf")  # a pair the planner refuses is never the cheaper strategy
     if plan is None:
         return None
-    for s, t in zip(plan.src, plan.dst, strict=True):
-        if t.kind == "P" and s.kind != "R" and s != t:
-            return float("inf")  # Shard -> Partial, Partial(op) -> Partial(other): torch bans
+    if _torch_bans(plan.src, plan.dst):
+        return float("inf")
     if not current.mesh._is_current_rank_part_of_mesh():
         return 0.0
     itemsize = current.tensor_meta.dtype.itemsize if current.tensor_meta is not None else 4
-    topo = _collective_utils.MeshTopoInfo.build_from_mesh(current.mesh)
-    return sum(_step_cost(step, itemsize, topo) for step in plan.steps)
+    mesh = current.mesh
+    return sum(_step_cost(step, itemsize, mesh) for step in plan.steps)
 
 
-def _step_cost(step: Step, itemsize: int, topo: Any) -> float:
-    """One step in torch's ring model: a base latency, one hop's latency per rank a rank
-    exchanges with, and the busiest rank's bytes over the slowest mesh dim's bandwidth (an
-    all-reduce moves its data twice). A reduction's hops are its group's. An exchange over
-    several mesh dims pays, per mesh dim, a hop for each other coordinate on it (as the
-    per-mesh-dim collectives it replaces would), or one hop per peer at the slowest latency
-    where it has fewer peers than that (a permutation has one)."""
+@functools.lru_cache(maxsize=1024)  # a table of placement-list pairs
+def _torch_bans(src: tuple[PlacementSpec, ...], dst: tuple[PlacementSpec, ...]) -> bool:
+    """Whether torch's cost model refuses the pair: Shard -> Partial, or one Partial op to
+    another (redistribute() itself still carries them out)."""
+    return any(t.kind == "P" and s.kind != "R" and s != t for s, t in zip(src, dst, strict=True))
+
+
+def _step_cost(step: Step, itemsize: int, mesh: DeviceMesh) -> float:
+    """One step in torch's ring model: a base latency, the wait on the step's links, and the
+    busiest rank's bytes over the slowest mesh dim's bandwidth (``_links``)."""
     kind = step.kind
     if kind is Kind.CHUNK or kind is Kind.PARTITION:
         return 0.0
-    dims = step.mesh_dims
-    sizes = list(map(topo.mesh_dim_devices.__getitem__, dims))
-    latencies = list(map(topo.mesh_dim_latency.__getitem__, dims))
-    bandwidth = min(map(topo.mesh_dim_bandwidth.__getitem__, dims))
     if kind is Kind.ALL_REDUCE or kind is Kind.REDUCE_SCATTER:
+        passes = 2 if kind is Kind.ALL_REDUCE else 1
+        wait, per_byte = _links(mesh, step.mesh_dims, step.peers, passes)
+        return float(6.6 + wait + step.reduced * itemsize * per_byte)
+    wait, per_byte = _links(mesh, step.mesh_dims, step.peers, 0)
+    return float(6.6 + wait + step.received * itemsize * per_byte)
+
+
+@functools.lru_cache(maxsize=1024)  # a per-mesh table: mesh dims, peers, reduction passes
+def _links(mesh: DeviceMesh, dims: tuple[int, ...], peers: int, passes: int) -> tuple[float, float]:
+    """A step's wait (hops times latency) and its cost per byte of the busiest rank, from
+    torch's ``MeshTopoInfo``. A reduction (``passes``: 1 for a reduce-scatter, 2 for an
+    all-reduce, which moves its data twice) waits on its group's hops. An exchange
+    (``passes`` 0) over several mesh dims pays, per mesh dim, a hop for each other
+    coordinate on it (as the per-mesh-dim collectives it replaces would), or one hop per peer
+    at the slowest latency where it has fewer peers than that (a permutation has one)."""
+    topo = _collective_utils.MeshTopoInfo.build_from_mesh(mesh)
+    sizes = [topo.mesh_dim_devices[m] for m in dims]
+    latencies = [topo.mesh_dim_latency[m] for m in dims]
+    per_byte = 1e6 / 1024**3 / min(topo.mesh_dim_bandwidth[m] for m in dims)
+    if passes:
         group = math.prod(sizes)
-        hops = (group - 1) * (2 if kind is Kind.ALL_REDUCE else 1)
-        wait = hops * max(latencies)
-        volume = step.reduced * hops / group
-    else:
-        hops = sum(map(operator.mul, map((-1).__add__, sizes), latencies))  # (n-1) per dim
-        wait = min(max(step.peers, 1) * max(latencies), hops)
-        volume = step.received
-    gigabytes = volume * itemsize / 1024**3
-    return float(6.6 + wait + gigabytes / bandwidth * 1e6)
+        hops = (group - 1) * passes
+        return hops * max(latencies), per_byte * hops / group
+    hops = sum((n - 1) * latency for n, latency in zip(sizes, latencies, strict=True))
+    return min(max(peers, 1) * max(latencies), hops), per_byte
 
 
 # ------------------------------------------------------------------------ install / uninstall
@@ -411,3 +423,5 @@ def cache_clear(tables: bool = True) -> None:
         _spec.cache_clear()
         _joint_in.cache_clear()
         _mesh_shape.cache_clear()
+        _links.cache_clear()
+        _torch_bans.cache_clear()
