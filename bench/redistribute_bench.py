@@ -719,10 +719,11 @@ def clear_ours() -> None:
     DTensor side's plans and prices, the planner's plans and the ownership labels). The
     tables keyed by a mesh or by placements alone stay warm, as torch's per-mesh
     ``MeshTopoInfo`` does: the per-mesh tables (``labels.mesh_ranks``, a mesh's shape and
-    group), the per-placement notation table, and the planner's tables of placement lists
-    (a list's canonical form, each tensor dim's levels, what each mesh dim does). A program
-    fills them once per mesh, placement or pair of placement lists, whatever its sizes; a
-    new sequence length every step still plans cold."""
+    group, a step's link costs), the per-placement notation table, and the planner's tables
+    of placement lists (a list's canonical form, each tensor dim's levels and slots, what each
+    mesh dim does, the plan's shape: its moves, states and steps). A program fills them once
+    per mesh, placement or pair of placement lists, whatever its sizes; a new sequence length
+    every step still plans cold."""
     ours_dtensor.cache_clear(tables=False)
     for module, names in ((ours_plan, ("_plan",)), (ours_labels, ("dim_labels", "dim_runs"))):
         for name in names:
