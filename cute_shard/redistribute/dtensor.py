@@ -340,8 +340,8 @@ def _links(mesh: DeviceMesh, dims: tuple[int, ...], peers: int, passes: int) -> 
         group = math.prod(sizes)
         hops = (group - 1) * passes
         return hops * max(latencies), per_byte * hops / group
-    hops = sum((n - 1) * latency for n, latency in zip(sizes, latencies, strict=True))
-    return min(max(peers, 1) * max(latencies), hops), per_byte
+    ring = sum((n - 1) * latency for n, latency in zip(sizes, latencies, strict=True))
+    return min(max(peers, 1) * max(latencies), ring), per_byte
 
 
 # ------------------------------------------------------------------------ install / uninstall

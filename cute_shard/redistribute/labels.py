@@ -342,7 +342,9 @@ class DimLabels:
             # the (labels at slots, labels at sources) that occur: per holder, its senders
             pairs = set(zip(map(at, full), map(src, full), strict=True))
             # per holder, how many senders (one holder, the whole dim, when slots is empty)
-            many = collections.Counter(map(_FIRST, pairs)) if slots else {(): len(pairs)}
+            many: dict[tuple[int, ...], int] = (
+                collections.Counter(map(_FIRST, pairs)) if slots else {(): len(pairs)}
+            )
             mine = map(pairs.__contains__, zip(ranks.keys(slots), ranks.keys(sources), strict=True))
             each = list(
                 zip(map(many.get, ranks.keys(slots), itertools.repeat(0)), mine, strict=True)
