@@ -60,7 +60,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..chunks import chunk_lens, chunking
+from ..chunks import chunk_lens, chunk_size, chunking
 from .types import (
     Cut,
     Fail,
@@ -103,7 +103,7 @@ def root(length: Size, sf: int, m: int, inner: Size) -> Any:
         return (length // q * inner, m, 0), 0, None
     if type(length) is not int:
         raise SymbolicStep
-    pc = -(-length // sf)
+    pc = chunk_size(length, sf)
     if pc == 1:
         return CONST
     full, rem = divmod(length, pc)

@@ -312,7 +312,7 @@ def _skeleton(
         reduce_op: str | None = None,
     ) -> None:
         nonlocal state
-        after = next_state(slots, state, dims, add, drop)
+        after = _next_state(slots, state, dims, add, drop)
         both = _union(state, after)
         bones.append(_Bone(kind, tuple(dims), state, after, both, reduce_op, _senders(start, dims)))
         state = after
@@ -353,7 +353,7 @@ def _senders(start: State, mesh_dims: Sequence[int]) -> tuple[tuple[int, tuple[S
     return tuple(out)
 
 
-def next_state(
+def _next_state(
     slots: tuple[tuple[Slot, ...], ...],
     state: State,
     mesh_dims: Sequence[int],
@@ -620,7 +620,7 @@ class _Builder:
 
         def exchange(builder: _Builder, m: int) -> None:
             before = builder.state
-            after = next_state(slots, before, (m,), DST, SRC)
+            after = _next_state(slots, before, (m,), DST, SRC)
             both = _union(before, after)
             start = tuple(map(_SOURCE, self.dims))
             builder.add(
