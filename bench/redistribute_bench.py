@@ -22,7 +22,9 @@ Three suites (``python -m bench --suite redistribute`` runs all three):
   ``view -> plain``, from_local otherwise) and both are counted. A redistribution target is
   always built with the default flag, as ``DTensor.redistribute`` builds it.
 - **redistribute-planning**: cold plan + price, ``cute_shard.redistribute.dtensor
-  .redistribute_cost`` (every cute_shard cache emptied) against torch's
+  .redistribute_cost`` (its caches keyed by sizes emptied, its tables of meshes and
+  placements warm: a known placement pair at a new size, ``clear_ours``; and **first
+  sight**, the placement tables emptied too, ``clear_first_sight``) against torch's
   ``_collective_utils.redistribute_cost`` (its transform-info and planner caches emptied),
   per case, side by side in interleaved rounds, on ``DTensorSpec``s over a fake 8-rank world.
   Grouped by the planner torch runs: **graph** (a ``_StridedShard`` in either spec, read as a
@@ -712,6 +714,7 @@ GRAPH = "graph (view-output specs)"
 GREEDY = "greedy"
 NONE = "none (from_local specs: torch prices inf)"
 GROUPS = (GRAPH, GREEDY, NONE)
+FIRST_SIGHT = "plan + price, first sight"
 
 
 def clear_ours() -> None:
@@ -721,13 +724,33 @@ def clear_ours() -> None:
     ``MeshTopoInfo`` does: the per-mesh tables (``labels.mesh_ranks``, a mesh's shape and
     group, a step's link costs), the per-placement notation table, and the planner's tables
     of placement lists (a list's canonical form, each tensor dim's levels and slots, what each
-    mesh dim does, the plan's shape: its moves, states and steps). A program fills them once
-    per mesh, placement or pair of placement lists, whatever its sizes; a new sequence length
-    every step still plans cold."""
+    mesh dim does, the plan's shape: its moves, states and steps; the dims' units and the
+    unit plan every even shape scales). A program fills them once per mesh, placement or pair
+    of placement lists, whatever its sizes: a new sequence length every step plans cold, and
+    an even one is the unit plan scaled. ``clear_first_sight`` empties the placement tables
+    too."""
     ours_dtensor.cache_clear(tables=False)
     for module, names in ((ours_plan, ("_plan",)), (ours_labels, ("dim_labels", "dim_runs"))):
         for name in names:
             getattr(module, name).cache_clear()
+
+
+#: The planner's tables of placement lists (see ``clear_ours``).
+PLACEMENT_TABLES = (
+    (ours_plan, ("_checked", "_levels", "_kinds", "_skeleton", "_units", "_unit_plan")),
+    (ours_labels, ("side",)),
+)
+
+
+def clear_first_sight() -> None:
+    """``clear_ours`` and every table of placements too: the first plan a program makes for
+    a pair of placement lists (the per-mesh tables stay warm, as torch's do)."""
+    clear_ours()
+    for module, names in PLACEMENT_TABLES:
+        for name in names:
+            getattr(module, name).cache_clear()
+    ours_dtensor._spec.cache_clear()
+    ours_dtensor._torch_bans.cache_clear()
 
 
 def clear_torch() -> None:
@@ -817,9 +840,15 @@ class CaseTime:
     torch_min: float
 
 
-def time_cold(cases: Sequence[SpecPair], ours: Side, theirs: Side, rounds: int) -> list[CaseTime]:
-    """Per case, ours and torch's µs over ``rounds``, each call cold; the side that goes
-    first alternates by case and round."""
+def time_cold(
+    cases: Sequence[SpecPair],
+    ours: Side,
+    theirs: Side,
+    rounds: int,
+    clear: Callable[[], None] = clear_ours,
+) -> list[CaseTime]:
+    """Per case, ours and torch's µs over ``rounds``, each call cold (ours after ``clear``);
+    the side that goes first alternates by case and round."""
     import gc
 
     samples: list[tuple[list[float], list[float]]] = [([], []) for _ in cases]
@@ -829,11 +858,11 @@ def time_cold(cases: Sequence[SpecPair], ours: Side, theirs: Side, rounds: int) 
             for i, s in enumerate(cases):
                 o, t = samples[i]
                 if (r + i) % 2:
-                    o.append(_cold(ours, s, clear_ours))
+                    o.append(_cold(ours, s, clear))
                     t.append(_cold(theirs, s, clear_torch))
                 else:
                     t.append(_cold(theirs, s, clear_torch))
-                    o.append(_cold(ours, s, clear_ours))
+                    o.append(_cold(ours, s, clear))
         finally:
             gc.enable()
     return [
@@ -861,7 +890,7 @@ def time_warm(cases: Sequence[SpecPair], rounds: int, passes: int = 5) -> tuple[
 
 @dataclass(frozen=True)
 class PlanningRow:
-    what: str  # "plan + price" or "plan alone"
+    what: str  # "plan + price", FIRST_SIGHT or "plan alone"
     group: str
     cases: int
     ours_total_us: float
@@ -966,6 +995,8 @@ def run_planning(
                 if c.ours > 1000
             ]
             if group != NONE:
+                first = time_cold(chosen, _ours_cost, _torch_cost, rounds, clear_first_sight)
+                rows.append(_row(FIRST_SIGHT, group, chosen, first))
                 plan_times = time_cold(chosen, _ours_plan, _torch_plan, rounds)
                 rows.append(_row("plan alone", group, chosen, plan_times))
             print(f"  redistribute-planning: {group} done", file=sys.stderr, flush=True)

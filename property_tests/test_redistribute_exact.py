@@ -25,6 +25,12 @@ of the global tensor, with the source's pending reductions carried out exactly o
    counts exactly the plan's collectives. This is what makes tier 1 trustworthy: the
    simulator's collectives behave as torch's do on the cases it is trusted with.
 
+Beside them, ``test_even_shapes_plan_as_their_unit_scaled`` (2,000 seeded cases, and a
+hypothesis twin): the same placements on shapes whose every dim is a multiple of its unit
+(``plan._units``), where a plan is the unit plan scaled; it must equal, field by field, the
+plan built for the shape itself. (Tiers 1 and 2 run such scaled plans on every rank too: a
+small even shape plans through its unit.)
+
 A failing case prints as ``(shape) on (mesh): [src] -> [dst]`` (and `` joint=False``); paste
 it into ``Case.parse`` to reproduce (``redistribute_sim.py``; ``dataclasses.replace(case,
 joint=False)`` for the latter).
@@ -46,7 +52,8 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor.debug import CommDebugMode
 
 from bench.redistribute_bench import simulated_world
-from cute_shard.redistribute import physical_limit, transfers
+from cute_shard.redistribute import check_placements, physical_limit, plan_redistribution, transfers
+from cute_shard.redistribute import plan as plan_module
 from cute_shard.redistribute.execute import Group, execute
 from cute_shard.redistribute.types import Plan
 from property_tests.redistribute_sim import (
@@ -166,6 +173,38 @@ def test_hypothesis_cases(seed: int) -> None:
         assert tuple(per_receiver[c] for c in world.coords) == got, (
             f"{case}: {step}: transfers {dict(per_receiver)}, the ranks received {got}"
         )
+
+
+# ------------------------------------------------------- even shapes: the unit plan scaled
+
+EVEN_CASES = 2000
+
+
+def check_scaled(case: Case, rng: random.Random) -> None:
+    """The case's placements on a shape whose every dim is a multiple of its unit
+    (``plan._units``: every torch.chunk exact): the plan, read off the unit plan, equals in
+    every field (each dim's cuts and runs too) the plan built for that shape itself."""
+    ndim = len(case.shape)
+    src = check_placements(case.src, ndim, case.mesh, "source")
+    dst = check_placements(case.dst, ndim, case.mesh, "target")
+    units = plan_module._units(src, dst, case.mesh, ndim)
+    shape = tuple(u * rng.choice((1, 1, 2, 3, 5)) for u in units)
+    plan = plan_redistribution(shape, case.mesh, src, dst, joint=case.joint)
+    built = plan_module._build(shape, case.mesh, src, dst, case.joint)
+    assert plan == built, f"{shape} on {case.mesh}: {src} -> {dst}: {plan} != {built}"
+    assert [d.runs for d in plan.dims] == [d.runs for d in built.dims], f"{shape}: runs"
+
+
+def test_even_shapes_plan_as_their_unit_scaled() -> None:
+    rng = random.Random(3)
+    for _ in range(EVEN_CASES):
+        check_scaled(random_case(rng), rng)
+
+
+@given(seed=st.integers(0, 2**32 - 1))
+def test_hypothesis_even_shapes(seed: int) -> None:
+    rng = random.Random(seed)
+    check_scaled(random_case(rng), rng)
 
 
 # ------------------------------------------------------------------------------ tier 3

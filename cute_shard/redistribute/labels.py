@@ -223,6 +223,10 @@ def _lengths(runs: Sequence[tuple[int, int, tuple[int, ...]]]) -> dict[tuple[int
     return out
 
 
+def _times(runs: tuple[Run, ...], k: int) -> tuple[Run, ...]:
+    return tuple([(a * k, b * k, label) for a, b, label in runs])
+
+
 def getter(at: Sequence[int]) -> Callable[[tuple[int, ...]], tuple[int, ...]]:
     """A function reading the items at positions ``at`` out of a tuple, as a tuple (one item
     too, and none), without a Python frame per call."""
@@ -352,6 +356,18 @@ class DimLabels:
             memo = each[0] if each.count(each[0]) == len(each) else tuple(each)
             self._memo[key] = memo
         return memo  # type: ignore[return-value]
+
+    def scaled(self, k: int) -> DimLabels:
+        """This dim at ``k`` times its size, every cut ``k`` times further along: the labels
+        of a size on which every torch.chunk is exact, at a multiple of it (``k >= 1``)."""
+        if k == 1:
+            return self
+        segments = _times(self.segments, k)
+        runs = self.runs
+        if runs is not None:
+            a, b = runs
+            runs = (_times(a, k), _times(b, k)) if a is not b else (_times(a, k),) * 2
+        return DimLabels(self.size * k, self.slots, segments, self.source, self.target, runs)
 
     def positions(
         self, slots: tuple[Slot, ...], key: tuple[int, ...]

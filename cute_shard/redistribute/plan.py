@@ -23,6 +23,12 @@ constraints S already satisfies), the total is ``|T| - |T ∩ S|``: exactly what
 Two exchanges in a row would not be (the second would re-send what the first brought), which
 is why the exchanges are one step.
 
+An even shape plans once per pair of placement lists. At a dim's *unit* (``_units``) every
+torch.chunk of both shardings is exact, and at any multiple of it every cut and every rank's
+count of elements is the unit's scaled; so the plan of a shape that is a multiple of its
+units dim by dim is the unit shape's plan (a table of placement pairs) with its counts scaled
+(``_scaled``). A new even sequence length costs a lookup and a product; other shapes are built.
+
 The exchange is one collective over several mesh dims when the caller has a process group for
 them (``joint=True``; the DTensor integration asks the mesh); without one, it moves one mesh
 dim at a time in the order that moves least, and the plan says so (``split``).
@@ -38,6 +44,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 import operator
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple
@@ -198,6 +205,96 @@ def _plan(
     dst: tuple[PlacementSpec, ...],
     joint: bool,
 ) -> Plan:
+    """The plan, once per shape: an even shape's is its unit plan scaled (``_units``), any
+    other's is built."""
+    units = _units(src, dst, mesh, len(shape))
+    if all(map(_multiple, shape, units)):
+        return _scaled(_unit_plan(units, mesh, src, dst, joint), shape)
+    return _build(shape, mesh, src, dst, joint)
+
+
+def _multiple(n: int, unit: int) -> bool:
+    return n > 0 and n % unit == 0
+
+
+@functools.lru_cache(maxsize=1024)  # a table of placement-list pairs: units are their function
+def _unit_plan(
+    units: tuple[int, ...],
+    mesh: tuple[int, ...],
+    src: tuple[PlacementSpec, ...],
+    dst: tuple[PlacementSpec, ...],
+    joint: bool,
+) -> Plan:
+    """The plan of the unit shape, which every even shape's plan scales."""
+    return _build(units, mesh, src, dst, joint)
+
+
+@functools.lru_cache(maxsize=1024)  # a table of placement-list pairs, as ``_checked``
+def _units(
+    src: tuple[PlacementSpec, ...], dst: tuple[PlacementSpec, ...], mesh: tuple[int, ...], ndim: int
+) -> tuple[int, ...]:
+    """Per tensor dim, its *unit*: the least size on which every torch.chunk of both
+    shardings is exact. A level ``(M, sf)`` after mesh dims of sizes ``M_1 .. M_k`` on the
+    dim chunks each rank's ``n / (M_1 ... M_k)`` positions into ``sf`` pieces of ``M`` parts,
+    so it is exact iff ``M_1 ... M_k * M * sf`` divides n; the unit is the lcm over levels.
+
+    Post: for n a positive multiple of the unit, every cut of ``dim_runs(n, levels)`` is
+    the unit's scaled by ``n // unit``; so is each rank's count of elements in any state,
+    and the plan of such a shape is the unit shape's with its counts scaled (``_scaled``).
+    Example: ``[S0, R, SS0:18] -> [S0, S0, S1]`` on mesh (2, 2, 2): d0's units are lcm(2,
+    4 * 18) = 72 and 4, so 72; d1 is sharded by neither, unit 1."""
+    return tuple(
+        map(math.lcm, map(_unit, _levels(src, mesh, ndim)), map(_unit, _levels(dst, mesh, ndim)))
+    )
+
+
+def _unit(levels: tuple[tuple[int, int, int], ...]) -> int:
+    unit = parts = 1
+    for _, size, split_factor in levels:
+        parts *= size  # the dim is cut into ``parts`` per-rank pieces after this level
+        unit = math.lcm(unit, parts * split_factor)
+    return unit
+
+
+def _scaled(unit: Plan, shape: tuple[int, ...]) -> Plan:
+    """The plan of ``shape``, a multiple of ``unit``'s shape dim by dim (``_units``' Post):
+    the unit's steps, states and peers, every dim's cuts scaled by its factor, every count
+    of elements by their product."""
+    if shape == unit.shape:
+        return unit
+    factors = tuple(map(operator.floordiv, shape, unit.shape))
+    k = math.prod(factors)
+    steps = tuple(
+        [
+            Step(
+                s.kind,
+                s.mesh_dims,
+                s.before,
+                s.after,
+                s.received * k,
+                s.reduced * k,
+                s.peers,
+                s.reduce_op,
+                s.even,
+                s.uniform,
+            )
+            for s in unit.steps
+        ]
+    )
+    dims = tuple(map(DimLabels.scaled, unit.dims, factors))
+    return unit._replace(
+        shape=shape, dims=dims, steps=steps, received=unit.received * k, reduced=unit.reduced * k
+    )
+
+
+def _build(
+    shape: tuple[int, ...],
+    mesh: tuple[int, ...],
+    src: tuple[PlacementSpec, ...],
+    dst: tuple[PlacementSpec, ...],
+    joint: bool,
+) -> Plan:
+    """The plan, built from each dim's labels and the plan's shape (``_skeleton``)."""
     ndim = len(shape)
     src_levels, dst_levels = _levels(src, mesh, ndim), _levels(dst, mesh, ndim)
     dims = tuple(map(dim_labels, shape, src_levels, dst_levels))

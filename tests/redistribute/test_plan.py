@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import math
 import re
 
 import pytest
 import torch
 
-from cute_shard.notation import PlacementSpec
+from cute_shard.notation import PlacementSpec, parse_placements
 from cute_shard.redistribute import (
     Kind,
     Plan,
@@ -25,6 +26,8 @@ from cute_shard.redistribute import (
     plan_redistribution,
     transfers,
 )
+from cute_shard.redistribute import plan as plan_mod
+from cute_shard.redistribute.labels import dim_runs
 from property_tests.redistribute_sim import (
     Case,
     World,
@@ -435,3 +438,61 @@ def test_partial_product_kept_and_reduced() -> None:
     assert Case.parse((8,), (4,), "P:product", "P:product").plan().steps == ()
     plan = Case.parse((8,), (4,), "P:product", "R").plan()
     assert steps(plan) == [("all-reduce", (0,))] and plan.steps[0].reduce_op == "product"
+
+
+# ------------------------------------------------------------------ even shapes: unit plans
+
+
+@pytest.mark.parametrize(
+    ("mesh", "src", "dst", "units"),
+    [
+        ((2, 2, 2), "S0,R,SS0:18", "S0,S0,S1", (72, 2)),  # lcm(2, 4 * 18) and 4; 2
+        ((2, 4), "SS0:4,S0", "S0,S0", (8, 1)),  # lcm(2 * 4, 8 * 1) and lcm(2, 8)
+        ((3, 2), "R,S0", "S0,SS0:2", (12, 1)),  # 2, and lcm(3, 6 * 2)
+        ((4, 1), "S1,SS0:7", "R,R", (1, 4)),  # a mesh dim of size 1 constrains nothing
+        ((2, 2), "P,R", "R,S-1", (1, 2)),
+    ],
+)
+def test_units_cut_exactly_and_scale(
+    mesh: tuple[int, ...], src: str, dst: str, units: tuple[int, ...]
+) -> None:
+    """``_units``' Post on the runs: at a dim's unit every rank of each sharding holds as
+    many positions as every other, and at a multiple of it the runs are the unit's scaled."""
+    s, t = parse_placements(src, 2, mesh), parse_placements(dst, 2, mesh)
+    s, t = check_placements(s, 2, mesh, "source"), check_placements(t, 2, mesh, "target")
+    assert plan_mod._units(s, t, mesh, 2) == units
+    for d, unit in enumerate(units):
+        for side in (plan_mod._levels(s, mesh, 2)[d], plan_mod._levels(t, mesh, 2)[d]):
+            levels = tuple(lv[1:] for lv in side)
+            held = collections.Counter[tuple[int, ...]]()
+            for a, b, label in dim_runs(unit, levels):
+                held[label] += b - a
+            ranks = math.prod(size for size, _ in levels)
+            assert len(held) == ranks and set(held.values()) == {unit // ranks}, (unit, held)
+            scaled = tuple((3 * a, 3 * b, label) for a, b, label in dim_runs(unit, levels))
+            assert dim_runs(3 * unit, levels) == scaled
+
+
+@pytest.mark.parametrize(
+    ("shape", "mesh", "src", "dst"),
+    [
+        ((216, 4), (2, 2, 2), "S0,R,SS0:18", "S0,S0,S1"),
+        ((64, 32), (2, 4), "SS0:4,S0", "S0,S0"),  # the FSDP2 + TP weight: its units are (8, 1)
+        ((24, 12), (3, 2), "R,S0", "S0,SS0:2"),
+        ((8, 16, 32), (2, 4), "S0,SS0:2", "S0,S1"),
+        ((12, 12), (2, 2), "P,S0", "S1,R"),
+    ],
+)
+def test_an_even_shape_plans_as_its_unit_scaled(
+    shape: tuple[int, ...], mesh: tuple[int, ...], src: str, dst: str
+) -> None:
+    """``_units``' Post: the plan of a multiple of the units is the unit plan with every cut
+    and count scaled, equal in every field to the plan built for the shape itself, and it
+    moves every rank's data exactly."""
+    case = Case.parse(shape, mesh, src, dst)
+    plan = run(case)
+    built = plan_mod._build(shape, mesh, plan.src, plan.dst, True)
+    assert plan == built
+    assert [d.runs for d in plan.dims] == [d.runs for d in built.dims]
+    assert plan.shape != plan_mod._units(plan.src, plan.dst, mesh, len(shape))
+    assert plan.received == physical_limit(plan)
