@@ -207,9 +207,8 @@ def _plan(
 ) -> Plan:
     """The plan, once per shape: an even shape's is its unit plan scaled (``_units``), any
     other's is built."""
-    units = _units(src, dst, mesh, len(shape))
-    if all(map(_multiple, shape, units)):
-        return _scaled(_unit_plan(units, mesh, src, dst, joint), shape)
+    if all(map(_multiple, shape, _units(src, dst, mesh, len(shape)))):
+        return _scaled(_unit_plan(src, dst, mesh, len(shape), joint), shape)
     return _build(shape, mesh, src, dst, joint)
 
 
@@ -217,16 +216,16 @@ def _multiple(n: int, unit: int) -> bool:
     return n > 0 and n % unit == 0
 
 
-@functools.lru_cache(maxsize=1024)  # a table of placement-list pairs: units are their function
+@functools.lru_cache(maxsize=1024)  # a table of placement-list pairs, as ``_checked``
 def _unit_plan(
-    units: tuple[int, ...],
-    mesh: tuple[int, ...],
     src: tuple[PlacementSpec, ...],
     dst: tuple[PlacementSpec, ...],
+    mesh: tuple[int, ...],
+    ndim: int,
     joint: bool,
 ) -> Plan:
-    """The plan of the unit shape, which every even shape's plan scales."""
-    return _build(units, mesh, src, dst, joint)
+    """The plan of the unit shape (``_units``), which every even shape's plan scales."""
+    return _build(_units(src, dst, mesh, ndim), mesh, src, dst, joint)
 
 
 @functools.lru_cache(maxsize=1024)  # a table of placement-list pairs, as ``_checked``
@@ -398,35 +397,22 @@ def _skeleton(
     start = tuple([side(levels, SRC)[0] for levels in _levels(src, mesh, ndim)])
     final = tuple([side(levels, DST)[0] for levels in _levels(dst, mesh, ndim)])
     slots = tuple(map(operator.add, start, final))  # every dim's, as its DimLabels has them
+    # The steps in the order the plan takes them: (kind, mesh dims, slots added, dropped, op).
+    # Reduce-scatters before all-reduces: each one shrinks what the later reductions move.
+    order: list[tuple[Kind, tuple[int, ...], int | None, int | None, str | None]] = []
+    if chunks:
+        order.append((Kind.CHUNK, tuple(chunks), DST, None, None))
+    order += [(Kind.REDUCE_SCATTER, (m,), DST, None, src[m].reduce_op) for m in scatters]
+    order += [(Kind.ALL_REDUCE, (m,), None, None, src[m].reduce_op) for m in reduces]
+    if exchange:
+        order.append((Kind.ALL_TO_ALL, tuple(exchange), DST, SRC, None))
+    order += [(Kind.ALL_GATHER, (m,), None, SRC, None) for m in reversed(gathers)]
+    order += [(Kind.PARTITION, (m,), None, None, dst[m].reduce_op) for m in partitions]
     bones: list[_Bone] = []
     state = start
-
-    def step(
-        kind: Kind,
-        dims: Sequence[int],
-        add: int | None,
-        drop: int | None,
-        reduce_op: str | None = None,
-    ) -> None:
-        nonlocal state
-        after = _next_state(slots, state, dims, add, drop)
-        both = _union(state, after)
-        bones.append(_Bone(kind, tuple(dims), state, after, both, reduce_op, _senders(start, dims)))
-        state = after
-
-    if chunks:
-        step(Kind.CHUNK, chunks, DST, None)
-    # Reduce-scatters before all-reduces: each one shrinks what the later reductions move.
-    for m in scatters:
-        step(Kind.REDUCE_SCATTER, (m,), DST, None, src[m].reduce_op)
-    for m in reduces:
-        step(Kind.ALL_REDUCE, (m,), None, None, src[m].reduce_op)
-    if exchange:
-        step(Kind.ALL_TO_ALL, exchange, DST, SRC)
-    for m in reversed(gathers):
-        step(Kind.ALL_GATHER, (m,), None, SRC)
-    for m in partitions:
-        step(Kind.PARTITION, (m,), None, None, dst[m].reduce_op)
+    for kind, dims, add, drop, op in order:
+        bones.append(_bone(kind, slots, start, state, dims, add, drop, op))
+        state = bones[-1].after
     split = len(exchange) > 1 and not joint
     together = () if split else tuple(exchange)
     out = tuple(
@@ -437,6 +423,25 @@ def _skeleton(
     )
     exchanges = tuple([i for i, (_, kind) in enumerate(moves) if kind is Kind.ALL_TO_ALL])
     return _Shape(out, start, final, tuple(bones), split, exchanges)
+
+
+def _bone(
+    kind: Kind,
+    slots: tuple[tuple[Slot, ...], ...],
+    start: State,
+    state: State,
+    mesh_dims: tuple[int, ...],
+    add: int | None,
+    drop: int | None,
+    reduce_op: str | None = None,
+) -> _Bone:
+    """The step ``kind`` over ``mesh_dims`` from ``state``: it adds the slots ``(add, m)``
+    and drops ``(drop, m)`` for each of them (``_next_state``); ``slots`` lists every tensor
+    dim's slots and ``start`` the source's."""
+    after = _next_state(slots, state, mesh_dims, add, drop)
+    return _Bone(
+        kind, mesh_dims, state, after, _union(state, after), reduce_op, _senders(start, mesh_dims)
+    )
 
 
 def _senders(start: State, mesh_dims: Sequence[int]) -> tuple[tuple[int, tuple[Slot, ...]], ...]:
@@ -714,15 +719,10 @@ class _Builder:
         """Without a collective over several mesh dims, replace one constraint at a time, in
         the order whose busiest rank receives least."""
         slots = tuple(map(_SLOTS, self.dims))
+        start = tuple(map(_SOURCE, self.dims))
 
         def exchange(builder: _Builder, m: int) -> None:
-            before = builder.state
-            after = _next_state(slots, before, (m,), DST, SRC)
-            both = _union(before, after)
-            start = tuple(map(_SOURCE, self.dims))
-            builder.add(
-                _Bone(Kind.ALL_TO_ALL, (m,), before, after, both, None, _senders(start, (m,)))
-            )
+            builder.add(_bone(Kind.ALL_TO_ALL, slots, start, builder.state, (m,), DST, SRC))
 
         def worst(order: tuple[int, ...]) -> int:
             trial = _Builder(self.dims, self.ranks, self.state)
