@@ -722,13 +722,12 @@ def clear_ours() -> None:
     DTensor side's plans and prices, the planner's plans and the ownership labels). The
     tables keyed by a mesh or by placements alone stay warm, as torch's per-mesh
     ``MeshTopoInfo`` does: the per-mesh tables (``labels.mesh_ranks``, a mesh's shape and
-    group, a step's link costs), the per-placement notation table, and the planner's tables
-    of placement lists (a list's canonical form, each tensor dim's levels and slots, what each
-    mesh dim does, the plan's shape: its moves, states and steps; the dims' units and the
-    unit plan every even shape scales). A program fills them once per mesh, placement or pair
-    of placement lists, whatever its sizes: a new sequence length every step plans cold, and
-    an even one is the unit plan scaled. ``clear_first_sight`` empties the placement tables
-    too."""
+    group, a step's link costs) and the planner's tables of placement lists (a list's
+    canonical form, each tensor dim's levels and slots, what each mesh dim does, the plan's
+    shape: its moves, states and steps; the dims' units and the unit plan every even shape
+    scales). A program fills them once per mesh or pair of placement lists, whatever its
+    sizes: a new sequence length every step plans cold, and an even one is the unit plan
+    scaled. ``clear_first_sight`` empties the placement tables too."""
     ours_dtensor.cache_clear(tables=False)
     for module, names in ((ours_plan, ("_plan",)), (ours_labels, ("dim_labels", "dim_runs"))):
         for name in names:
@@ -749,7 +748,6 @@ def clear_first_sight() -> None:
     for module, names in PLACEMENT_TABLES:
         for name in names:
             getattr(module, name).cache_clear()
-    ours_dtensor._spec.cache_clear()
     ours_dtensor._torch_bans.cache_clear()
 
 

@@ -68,25 +68,22 @@ _MODELLED = frozenset({Replicate, Shard, _StridedShard, Partial})
 _INT = frozenset({int})
 
 
-@functools.lru_cache(maxsize=1024)
-def _spec(p: Any) -> PlacementSpec:
-    """A torch placement in the planner's notation: a table of placement values (a few dozen
-    in a program), kept with the per-mesh tables."""
-    return PlacementSpec.of(p)
-
-
-def _modelled(spec: DTensorSpec) -> bool:
-    """Whether the planner reads ``spec`` (of a concrete shape) as DTensor places its data."""
-    if not set(map(type, spec.placements)) <= _MODELLED:
-        return False
-    if spec.use_strided_shard_as_shard_order:
-        return True  # the order is read off the split factors, which it places alike
-    # the default order applies each tensor dim's mesh dims left to right, as placements do
-    for entry in spec.shard_order:
-        dims = entry.mesh_dims
-        if len(dims) > 1 and list(dims) != sorted(dims):
-            return False
-    return True
+def _placements(spec: DTensorSpec) -> tuple[PlacementSpec, ...] | None:
+    """``spec``'s placements in the planner's notation, or None where the planner does not
+    read them as DTensor places its data (another placement type, or an explicit order).
+    Converted, not looked up: a table keyed by torch's placements would hash and compare
+    them in Python, which costs more than converting them."""
+    placements = spec.placements
+    if not set(map(type, placements)) <= _MODELLED:
+        return None
+    if not spec.use_strided_shard_as_shard_order:  # (else the order is read off the split
+        # factors, which it places alike) the default order applies each tensor dim's mesh
+        # dims left to right, as placements do
+        for entry in spec.shard_order:
+            dims = entry.mesh_dims
+            if len(dims) > 1 and list(dims) != sorted(dims):
+                return None
+    return tuple(map(PlacementSpec.of, placements))
 
 
 @functools.lru_cache(maxsize=256)
@@ -157,9 +154,11 @@ def _spans(mesh: DeviceMesh, world: Any) -> bool:
 def _planned(current: DTensorSpec, target: DTensorSpec, joint: bool) -> Plan | None:
     """The plan, or None where torch's own function must run. Cached by the two specs:
     what decides the plan (mesh, placements, global shape) is in them."""
-    if current.mesh != target.mesh or not (_modelled(current) and _modelled(target)):
+    if current.mesh != target.mesh:
         return None
-    src, dst = tuple(map(_spec, current.placements)), tuple(map(_spec, target.placements))
+    src, dst = _placements(current), _placements(target)
+    if src is None or dst is None:
+        return None
     mesh = _mesh_shape(current.mesh)
     return plan_redistribution(tuple(current.shape), mesh, src, dst, joint=joint)
 
@@ -420,7 +419,6 @@ def cache_clear(tables: bool = True) -> None:
     _priced.cache_clear()
     if tables:
         _spans.cache_clear()
-        _spec.cache_clear()
         _joint_in.cache_clear()
         _mesh_shape.cache_clear()
         _links.cache_clear()
