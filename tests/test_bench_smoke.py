@@ -117,7 +117,26 @@ def test_redistribute_planning_runs_and_reports(capsys: pytest.CaptureFixture[st
     groups = {(r["what"], r["group"]) for r in results["rows"]}
     assert ("plan + price", redistribute_bench.GRAPH) in groups
     assert ("plan alone", redistribute_bench.GRAPH) in groups
+    assert (redistribute_bench.FIRST_SIGHT, redistribute_bench.GRAPH) in groups
     assert "redistribute-planning" in capsys.readouterr().out
+
+
+def test_first_sight_empties_the_placement_tables_and_cold_keeps_them() -> None:
+    from cute_shard.redistribute import plan as ours_plan
+
+    pair = next(p for p in named_pairs() if math.prod(p.mesh) == 8)
+    ours_plan.plan_redistribution(pair.shape, pair.mesh, pair.src, pair.dst)
+    tables = [
+        getattr(module, name)
+        for module, names in redistribute_bench.PLACEMENT_TABLES
+        for name in names
+    ]
+    assert all(t.cache_info().currsize for t in tables)
+    redistribute_bench.clear_ours()
+    assert ours_plan._plan.cache_info().currsize == 0
+    assert all(t.cache_info().currsize for t in tables)
+    redistribute_bench.clear_first_sight()
+    assert not any(t.cache_info().currsize for t in tables)
 
 
 def test_redistribute_fsdp_runs_and_reports(capsys: pytest.CaptureFixture[str]) -> None:
