@@ -38,7 +38,7 @@ import functools
 import itertools
 import math
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from ..chunks import chunk_size
@@ -213,14 +213,22 @@ _ZEROS = itertools.repeat(0)
 
 def _lengths(runs: Sequence[tuple[int, int, tuple[int, ...]]]) -> dict[tuple[int, ...], int]:
     """For each label of ``runs`` (runs or segments), the total length carrying it."""
-    lengths = map(operator.sub, map(_STOP, runs), map(_START, runs))
+    lengths = list(map(operator.sub, map(_STOP, runs), map(_START, runs)))
     out = dict(zip(map(_LABEL, runs), lengths, strict=True))
     if len(out) < len(runs):  # labels that recur: sum their runs
+        if min(lengths) == max(lengths):  # runs of one length (a strided cut): count them
+            return _counted(map(_LABEL, runs), lengths[0])
         out = {}
         for key, group in itertools.groupby(sorted(runs, key=_LABEL), _LABEL):
             same = list(group)
             out[key] = sum(map(operator.sub, map(_STOP, same), map(_START, same)))
     return out
+
+
+def _counted(labels: Iterable[tuple[int, ...]], length: int) -> dict[tuple[int, ...], int]:
+    """For each of ``labels``, ``length`` times how often it occurs (a tally in C)."""
+    seen = collections.Counter(labels)
+    return dict(zip(seen, map(operator.mul, seen.values(), itertools.repeat(length)), strict=True))
 
 
 def _times(runs: tuple[Run, ...], k: int) -> tuple[Run, ...]:
@@ -279,9 +287,7 @@ class DimLabels:
                 full = self.counts(self.slots)
                 sizes = set(full.values())
                 if len(sizes) == 1:  # every combination equally long: count them
-                    seen = collections.Counter(map(get, full))
-                    unit = itertools.repeat(sizes.pop())
-                    out = dict(zip(seen, map(operator.mul, seen.values(), unit), strict=True))
+                    out = _counted(map(get, full), sizes.pop())
                 else:
                     out = {}
                     for lab, n in full.items():
