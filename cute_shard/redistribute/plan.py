@@ -241,7 +241,7 @@ def _units(
     the unit's scaled by ``n // unit``; so is each rank's count of elements in any state,
     and the plan of such a shape is the unit shape's with its counts scaled (``_scaled``).
     Example: ``[S0, R, SS0:18] -> [S0, S0, S1]`` on mesh (2, 2, 2): d0's units are lcm(2,
-    4 * 18) = 72 and 4, so 72; d1 is sharded by neither, unit 1."""
+    4 * 18) = 72 (source) and 4 (target), so 72; d1, sharded by the target's m2 alone, 2."""
     return tuple(
         map(math.lcm, map(_unit, _levels(src, mesh, ndim)), map(_unit, _levels(dst, mesh, ndim)))
     )
@@ -263,23 +263,7 @@ def _scaled(unit: Plan, shape: tuple[int, ...]) -> Plan:
         return unit
     factors = tuple(map(operator.floordiv, shape, unit.shape))
     k = math.prod(factors)
-    steps = tuple(
-        [
-            Step(
-                s.kind,
-                s.mesh_dims,
-                s.before,
-                s.after,
-                s.received * k,
-                s.reduced * k,
-                s.peers,
-                s.reduce_op,
-                s.even,
-                s.uniform,
-            )
-            for s in unit.steps
-        ]
-    )
+    steps = tuple([s._replace(received=s.received * k, reduced=s.reduced * k) for s in unit.steps])
     dims = tuple(map(DimLabels.scaled, unit.dims, factors))
     return unit._replace(
         shape=shape, dims=dims, steps=steps, received=unit.received * k, reduced=unit.reduced * k
