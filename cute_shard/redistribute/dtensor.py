@@ -194,8 +194,9 @@ def redistribute_local_tensor(
     is_explicit: bool = False,
 ) -> torch.Tensor:
     """``local_tensor`` (this rank's shard under ``current_spec``) as its shard under
-    ``target_spec``: torch's signature, cute_shard's plan. Collectives complete before it
-    returns (``async_op`` is accepted and ignored)."""
+    ``target_spec``: torch's signature, cute_shard's plan. With ``async_op`` the result may be
+    the last collective's pending output, waited where it is first read (``execute``), as
+    torch's own; without it every collective has completed."""
     plan = _plan_or_none(current_spec, target_spec)
     if plan is None:
         return torch_redistribute_local_tensor()(
@@ -214,7 +215,7 @@ def redistribute_local_tensor(
         return local_tensor
     source = _as_source(local_tensor, plan, *coord)
     world = _joint(mesh) if any(len(s.mesh_dims) > 1 for s in plan.steps) else None
-    out = execute(source, plan, mesh, coord, world)
+    out = execute(source, plan, mesh, coord, world, async_op=async_op)
     if local_tensor.dim() != len(plan.shape):
         out = _as_given(out, local_tensor, plan, *coord)
     if _observer is not None:

@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 import torch.distributed._functional_collectives as funcol
+from torch.distributed._local_tensor import local_tensor_mode
 from torch.distributed._local_tensor import maybe_run_for_local_tensor as _per_rank
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor.placement_types import Partial
@@ -59,15 +60,24 @@ def execute(
     mesh: DeviceMesh,
     coord: Sequence[Any],
     world: Group | None,
+    *,
+    async_op: bool = False,
 ) -> torch.Tensor:
     """Run ``plan`` on this rank's ``local`` tensor (its source shard, contiguous or not) and
     return its target shard. ``coord`` is this rank's mesh coordinate (per-rank SymInts under
-    ``LocalTensorMode``); ``world`` serves steps over several mesh dims."""
+    ``LocalTensorMode``); ``world`` serves steps over several mesh dims.
+
+    ``async_op``: the result may still be a collective's pending output (an
+    ``AsyncCollectiveTensor``, which waits where its data is first read), so the caller's next
+    computation overlaps the last collective, as DTensor's own ``async_op`` does. That is the
+    case where the last step's collective output is the target shard up to views: an
+    all-reduce, a reduce-scatter, an all-gather whose blocks are the target in order.
+    Otherwise, and without ``async_op``, every collective has completed on return."""
     x = local
     for step in plan.steps:
         run = _LOCAL[step.kind] if step.collective is None else _COLLECTIVE[step.collective]
         x = run(x, plan, step, mesh, tuple(coord), world)
-    return x
+    return x if async_op else _wait(x)
 
 
 def _real(buf: torch.Tensor) -> torch.Tensor:
@@ -86,6 +96,15 @@ def _wait(t: torch.Tensor) -> torch.Tensor:
         done: torch.Tensor = funcol.wait_tensor(t)  # type: ignore[no-untyped-call]  # untyped in torch
         return done
     return t
+
+
+def _ready(t: torch.Tensor) -> torch.Tensor:
+    """A collective's output as the step's local work reads it. On a rank of its own it stays
+    pending: an ``AsyncCollectiveTensor`` waits on the first op that reads its data, and views
+    of it stay pending (what lets the last collective overlap the caller's work). Under
+    ``LocalTensorMode`` (every rank simulated, the collectives synchronous) it is waited: the
+    per-rank pieces read each rank's tensor out of it."""
+    return _wait(t) if local_tensor_mode() is not None else t
 
 
 # ----------------------------------------------------------------------------- the steps
@@ -115,7 +134,7 @@ def _all_reduce(
     shape = x.shape
     for m in step.mesh_dims:
         flat = _real(x.contiguous().reshape(-1))
-        reduced = _wait(funcol.all_reduce(flat, step.reduce_op or "sum", (mesh, m)))
+        reduced = _ready(funcol.all_reduce(flat, step.reduce_op or "sum", (mesh, m)))
         x = _complex(reduced, x).reshape(shape)
     return x
 
@@ -125,7 +144,7 @@ def _reduce_scatter(
 ) -> torch.Tensor:
     (m,) = step.mesh_dims
     buf = _scatter_parts(x, plan.dims, step.before, m, mesh.size(m), *coord)
-    y = _wait(reduce_scatter(_real(buf), step.reduce_op or "sum", 0, (mesh, m)))
+    y = _ready(reduce_scatter(_real(buf), step.reduce_op or "sum", 0, (mesh, m)))
     return _own_part(_complex(y, x), plan.dims, step.after, *coord)
 
 
@@ -174,7 +193,7 @@ def _exchange(
     out_splits = list(_recv_splits(dims, before, after, md, peers, *coord))
     if x.is_complex():
         in_splits, out_splits = [2 * n for n in in_splits], [2 * n for n in out_splits]
-    recv = _wait(funcol.all_to_all_single(_real(send), out_splits, list(in_splits), group))
+    recv = _ready(funcol.all_to_all_single(_real(send), out_splits, list(in_splits), group))
     return _unpack(_complex(recv, x), x, dims, before, after, md, peers, *coord)
 
 
@@ -185,7 +204,7 @@ def _gathered(
     (m,) = step.mesh_dims
     group, peers = (mesh, m), _along(coord, m, mesh.size(m))
     flat = _real(x.contiguous().reshape(-1))
-    gathered = _complex(_wait(all_gather(flat, 0, group)), x)
+    gathered = _complex(_ready(all_gather(flat, 0, group)), x)
     return _place(gathered, x, plan.dims, step.before, step.after, peers, *coord)
 
 
@@ -199,12 +218,41 @@ def _place(
     peers: tuple[Coord, ...],
     *coord: int,
 ) -> torch.Tensor:
+    shape = _shape(dims, after, coord)
+    boxes = [_box(dims, after, coord, before, q) for q in peers]
+    if _in_order(boxes, shape, gathered.numel()):
+        return gathered.reshape(shape)  # the blocks are the target already: no copy
     blocks = gathered.reshape(len(peers), -1)
-    out = x.new_empty(_shape(dims, after, coord))
-    for i, q in enumerate(peers):
-        ranges = _box(dims, after, coord, before, q)
+    out = x.new_empty(shape)
+    for i, ranges in enumerate(boxes):
         _put(out, ranges, blocks[i].reshape(_lengths(ranges)))
     return out
+
+
+def _in_order(boxes: Sequence[Box], shape: tuple[int, ...], numel: int) -> bool:
+    """Whether ``boxes`` (of a tensor of ``shape``), one after another, hold all of its
+    ``numel`` elements in row-major order: each a slab (a dim after its first longer than 1
+    whole) starting where the previous one ends. Example: ``(4, 6)`` as rows ``[0, 2)`` then
+    ``[2, 4)``, yes; as columns ``[0, 3)`` then ``[3, 6)``, no."""
+    strides = [math.prod(shape[d + 1 :]) for d in range(len(shape))]
+    at = 0
+    for box in boxes:
+        lengths = _lengths(box)
+        n = math.prod(lengths)
+        if not n:
+            continue
+        if (
+            any(len(r) != 1 for r in box)
+            or sum(r[0][0] * s for r, s in zip(box, strides, strict=True)) != at
+        ):
+            return False
+        whole = False  # past the first dim longer than 1: every dim whole
+        for length, size in zip(lengths, shape, strict=True):
+            if whole and length != size:
+                return False
+            whole = whole or length > 1
+        at += n
+    return at == math.prod(shape) == numel
 
 
 @_per_rank

@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
 from torch.distributed._local_tensor import LocalTensorMode, rank_map
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import (
@@ -515,3 +516,90 @@ def test_inplace_squeeze_result_stays_squeezed_under_local_tensor_mode() -> None
             y = x.redistribute(mesh, [Replicate(), Replicate()])
             shapes[installed] = [tuple(t.shape) for t in per_rank(y, 8)]
     assert shapes[True] == shapes[False] == [(8, 4)] * 8
+
+
+# ------------------------------------------------------------------------------ async_op
+
+# (name, mesh, shape, source, target, whether the last collective's output is the target up
+# to views, so async_op leaves it pending: torch's own answer on each, checked below)
+ASYNC = [
+    ("all-reduce", (8,), (16, 4), [Partial()], [Replicate()], True),
+    ("reduce-scatter", (8,), (16, 4), [Partial()], [Shard(0)], True),
+    ("reduce-scatter of d1", (8,), (16, 8), [Partial()], [Shard(1)], True),
+    ("gather of d0", (8,), (16, 4), [Shard(0)], [Replicate()], True),
+    (
+        "gather of d0 within a shard",
+        (2, 4),
+        (16, 4),
+        [Shard(0), Shard(0)],
+        [Shard(0), Replicate()],
+        True,
+    ),
+    (
+        "gather of d0 beside a shard of d1",
+        (2, 4),
+        (16, 4),
+        [Shard(0), Shard(1)],
+        [Replicate(), Shard(1)],
+        True,
+    ),
+    ("gather of d1", (8,), (4, 16), [Shard(1)], [Replicate()], False),
+    ("all-to-all", (8,), (16, 16), [Shard(0)], [Shard(1)], False),
+    (
+        "strided gather",
+        (2, 4),
+        (16, 4),
+        [Shard(0), _StridedShard(0, split_factor=2)],
+        [Shard(0), Replicate()],
+        False,
+    ),
+]
+
+
+def _pending(
+    mesh_shape: tuple[int, ...],
+    shape: tuple[int, ...],
+    src: list[Placement],
+    dst: list[Placement],
+    async_op: bool,
+) -> bool:
+    """Whether ``redistribute(async_op=...)`` hands back the last collective still pending."""
+    mesh = init_device_mesh("cpu", mesh_shape)
+    if any(isinstance(p, Partial) for p in src):
+        x = DTensor.from_local(torch.ones(shape), mesh, src, run_check=False)
+    else:
+        x = distribute_tensor(torch.ones(shape), mesh, src)
+    y = x.redistribute(mesh, dst, async_op=async_op)
+    pending = isinstance(y._local_tensor, funcol.AsyncCollectiveTensor)
+    funcol.wait_tensor(y._local_tensor)  # type: ignore[no-untyped-call]  # (leave none in flight)
+    return pending
+
+
+@pytest.mark.parametrize(
+    ("mesh_shape", "shape", "src", "dst", "pending"),
+    [c[1:] for c in ASYNC],
+    ids=[c[0] for c in ASYNC],
+)
+def test_async_op_leaves_the_last_collective_pending_where_torch_does(
+    mesh_shape: tuple[int, ...],
+    shape: tuple[int, ...],
+    src: list[Placement],
+    dst: list[Placement],
+    pending: bool,
+) -> None:
+    """TP's parallel styles redistribute with ``async_op=True`` so the collective overlaps the
+    next computation: with install() the result is pending exactly where torch's own is (an
+    all-reduce, a reduce-scatter, a gather whose blocks are the target in order, which is
+    then the gathered buffer itself, not a copy), and never without ``async_op``."""
+    seen: dict[tuple[bool, bool], bool] = {}
+    with fake_world(math.prod(mesh_shape)):
+        for installed in (False, True):
+            (cute_shard.install if installed else cute_shard.uninstall)()
+            for async_op in (False, True):
+                seen[installed, async_op] = _pending(mesh_shape, shape, src, dst, async_op)
+    assert seen == {
+        (False, False): False,
+        (True, False): False,
+        (False, True): pending,
+        (True, True): pending,
+    }
