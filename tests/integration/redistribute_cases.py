@@ -17,16 +17,20 @@ several mesh dims run in the world group). Targets are never a new Partial
   oracle's target shard bit for bit (``expected_locals``); the plan cute_shard ran (seen by
   an observer) is the planner's plan for the case, and the collectives counted are exactly
   its steps' ``collective``s;
+- the same with ``async_op=True`` (as TP's parallel styles redistribute): the local tensor,
+  possibly still in flight, read, is the same;
 - without a Partial source (every hand-picked case, every fourth random one), backward
   through the redistribution and a weighted sum: the input's gradient is on the input's
   placements and each rank's local gradient is its shard of plain torch's.
 
-Then, on the 4-rank world, ``torch.compile(fullgraph=True)`` of a step with
+Then, on the 4-rank world, torch's tensor-parallel styles on a block
+(``parallel_styles.check``: outputs and gradients against one process), and
+``torch.compile(fullgraph=True)`` of a step with
 ``_StridedShard`` redistributions (x on ``[R, S1]`` -> ``[S0, SS0:2]`` -> sin ->
 ``[S0, S1]`` -> a weighted sum), with backends "eager" and "aot_eager": one graph over four
 calls with new values, each equal to eager.
 
-Rank 0 returns every case's verdict (errors from any rank) and the compile report.
+Rank 0 returns every case's verdict (errors from any rank), the styles' and the compile report.
 """
 
 from __future__ import annotations
@@ -175,6 +179,11 @@ def _check(
     expected = dict(collections.Counter(s.collective for s in plan.steps if s.collective))
     if counted != expected:
         problems.append(f"CommDebugMode counted {counted}, the plan's steps {expected}")
+    # async_op (as TP's parallel styles ask): the last collective may still be in flight; the
+    # data, read, is the same
+    pending = x.redistribute(mesh, _placements(case, "dst"), async_op=True).to_local()
+    if pending.shape != want.shape or not torch.equal(pending, want):
+        problems.append(f"rank {rank} {coord}: with async_op, local {pending} expected {want}")
     if backward and not partial_source:
         weights = torch.arange(full.numel(), dtype=full.dtype).reshape(full.shape) % 7 + 1
         w = distribute_tensor(weights, mesh, [Replicate()] * mesh.ndim, src_data_rank=None)
@@ -228,8 +237,23 @@ def run_all() -> dict[str, Any]:
         verdicts[name] = {"ok": not errors, "error": "\n".join(errors[:3])}
     checked = time.perf_counter()
     compiled = run_compiled(init_device_mesh("cpu", (2, 2))) if world == 4 else {}
+    styles = _styles(init_device_mesh("cpu", (world,))) if world == 4 else {}
     seconds = {"cases": checked - start, "compiled": time.perf_counter() - checked}
-    return {"cases": verdicts, "compiled": compiled, "seconds": seconds}
+    return {"cases": verdicts, "compiled": compiled, "styles": styles, "seconds": seconds}
+
+
+def _styles(mesh: DeviceMesh) -> dict[str, Any]:
+    """``parallel_styles.check`` on this world, every rank's problems gathered to all."""
+    from .parallel_styles import check
+
+    try:
+        mine = check(mesh)
+    except Exception:
+        mine = {"problems": [traceback.format_exc(limit=6)], "runs": 0}
+    everyone: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, mine)
+    problems = [f"rank {r}: {p}" for r, v in enumerate(everyone) for p in v["problems"]]
+    return {"problems": problems[:3], "runs": min(v["runs"] for v in everyone)}
 
 
 # ----------------------------------------------------------------------------- compiled

@@ -1,7 +1,8 @@
 """cute_shard's redistribution on real gloo ranks: world sizes 4 and 8, with cute_shard
 installed (``redistribute_cases.py`` says what each case checks: the local data, the
-collectives counted against the plan's, the gradient), plus the compiled step with
-``_StridedShard`` redistributions on 4 ranks. One spawn per world size runs all its cases;
+collectives counted against the plan's, the gradient), plus, on 4 ranks, torch's
+tensor-parallel styles on a block (``parallel_styles.py``) and the compiled step with
+``_StridedShard`` redistributions. One spawn per world size runs all its cases;
 each case is its own test item here, and a crash on any rank fails every item of its world
 with that rank's traceback.
 """
@@ -61,3 +62,11 @@ def test_compiled_strided_step_compiles_once_and_equals_eager(
     report = world(4)["compiled"][backend]
     assert report["ok"], report["error"]
     assert report["frames"] == 1, f"{report['frames']} graphs over {CALLS} calls"
+
+
+def test_tensor_parallel_styles_on_real_ranks(world: Callable[[int], dict[str, Any]]) -> None:
+    """``parallel_styles.check`` on 4 gloo ranks: the styles' ``async_op`` redistributions
+    really in flight."""
+    report = world(4)["styles"]
+    assert not report["problems"], "\n".join(report["problems"])
+    assert report["runs"] > 0
