@@ -23,8 +23,9 @@ several mesh dims run in the world group). Targets are never a new Partial
   through the redistribution and a weighted sum: the input's gradient is on the input's
   placements and each rank's local gradient is its shard of plain torch's.
 
-Then, on the 4-rank world, torch's tensor-parallel styles on a block
-(``parallel_styles.check``: outputs and gradients against one process), and
+Then, on the 4-rank world, whole parallel programs (``parallel_programs.py``: torch's
+tensor-parallel styles on a block, FSDP2 over TP; outputs, parameters and gradients against
+one process), and
 ``torch.compile(fullgraph=True)`` of a step with
 ``_StridedShard`` redistributions (x on ``[R, S1]`` -> ``[S0, SS0:2]`` -> sin ->
 ``[S0, S1]`` -> a weighted sum), with backends "eager" and "aot_eager": one graph over four
@@ -237,23 +238,30 @@ def run_all() -> dict[str, Any]:
         verdicts[name] = {"ok": not errors, "error": "\n".join(errors[:3])}
     checked = time.perf_counter()
     compiled = run_compiled(init_device_mesh("cpu", (2, 2))) if world == 4 else {}
-    styles = _styles(init_device_mesh("cpu", (world,))) if world == 4 else {}
+    programs = _programs() if world == 4 else {}
     seconds = {"cases": checked - start, "compiled": time.perf_counter() - checked}
-    return {"cases": verdicts, "compiled": compiled, "styles": styles, "seconds": seconds}
+    return {"cases": verdicts, "compiled": compiled, "programs": programs, "seconds": seconds}
 
 
-def _styles(mesh: DeviceMesh) -> dict[str, Any]:
-    """``parallel_styles.check`` on this world, every rank's problems gathered to all."""
-    from .parallel_styles import check
+def _programs() -> dict[str, Any]:
+    """``parallel_programs``' checks on this world of 4 (the styles on (4,), FSDP2 + TP on
+    (2, 2)), every rank's problems gathered to all."""
+    from .parallel_programs import check_fsdp2_tp, check_styles
 
-    try:
-        mine = check(mesh)
-    except Exception:
-        mine = {"problems": [traceback.format_exc(limit=6)], "runs": 0}
-    everyone: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(everyone, mine)
-    problems = [f"rank {r}: {p}" for r, v in enumerate(everyone) for p in v["problems"]]
-    return {"problems": problems[:3], "runs": min(v["runs"] for v in everyone)}
+    out = {}
+    for name, check, shape, names in (
+        ("styles", check_styles, (4,), None),
+        ("fsdp2+tp", check_fsdp2_tp, (2, 2), ("dp", "tp")),
+    ):
+        try:
+            mine = check(init_device_mesh("cpu", shape, mesh_dim_names=names))
+        except Exception:
+            mine = {"problems": [traceback.format_exc(limit=6)], "runs": 0}
+        everyone: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(everyone, mine)
+        problems = [f"rank {r}: {p}" for r, v in enumerate(everyone) for p in v["problems"]]
+        out[name] = {"problems": problems[:3], "runs": min(v["runs"] for v in everyone)}
+    return out
 
 
 # ----------------------------------------------------------------------------- compiled

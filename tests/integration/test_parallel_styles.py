@@ -2,7 +2,7 @@
 ColwiseParallel, RowwiseParallel) with cute_shard installed, every rank simulated by
 ``LocalTensorMode`` on a fake world of 4: outputs and gradients equal the single-process
 block's, and the styles' redistributions (``async_op=True``) were cute_shard's
-(``parallel_styles.py``). The same check runs on 4 real gloo ranks in
+(``parallel_programs.py``). The same check runs on 4 real gloo ranks in
 ``test_redistribute_gloo.py``."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from torch.testing._internal.distributed.fake_pg import FakeStore
 import cute_shard
 from cute_shard import integration
 
-from .parallel_styles import check
+from .parallel_programs import check_styles
 
 
 @pytest.fixture
@@ -34,7 +34,7 @@ def test_sequence_and_tensor_parallel_block_equals_one_process(installed: None) 
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=4)
     try:
         with LocalTensorMode(frozenset(range(4))):
-            report = check(init_device_mesh("cpu", (4,)))
+            report = check_styles(init_device_mesh("cpu", (4,)))
     finally:
         dist.destroy_process_group()
     assert not report["problems"], "\n".join(report["problems"])

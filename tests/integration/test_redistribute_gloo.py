@@ -1,8 +1,8 @@
 """cute_shard's redistribution on real gloo ranks: world sizes 4 and 8, with cute_shard
 installed (``redistribute_cases.py`` says what each case checks: the local data, the
-collectives counted against the plan's, the gradient), plus, on 4 ranks, torch's
-tensor-parallel styles on a block (``parallel_styles.py``) and the compiled step with
-``_StridedShard`` redistributions. One spawn per world size runs all its cases;
+collectives counted against the plan's, the gradient), plus, on 4 ranks, whole parallel
+programs (``parallel_programs.py``: torch's tensor-parallel styles, FSDP2 over TP) and the
+compiled step with ``_StridedShard`` redistributions. One spawn per world size runs all its cases;
 each case is its own test item here, and a crash on any rank fails every item of its world
 with that rank's traceback.
 """
@@ -64,9 +64,13 @@ def test_compiled_strided_step_compiles_once_and_equals_eager(
     assert report["frames"] == 1, f"{report['frames']} graphs over {CALLS} calls"
 
 
-def test_tensor_parallel_styles_on_real_ranks(world: Callable[[int], dict[str, Any]]) -> None:
-    """``parallel_styles.check`` on 4 gloo ranks: the styles' ``async_op`` redistributions
-    really in flight."""
-    report = world(4)["styles"]
+@pytest.mark.parametrize("program", ["styles", "fsdp2+tp"])
+def test_parallel_programs_on_real_ranks(
+    world: Callable[[int], dict[str, Any]], program: str
+) -> None:
+    """``parallel_programs.py`` on 4 gloo ranks: torch's tensor-parallel styles (their
+    ``async_op`` redistributions really in flight) and FSDP2 over TP (``_StridedShard``
+    parameters and gradients gathered by cute_shard)."""
+    report = world(4)["programs"][program]
     assert not report["problems"], "\n".join(report["problems"])
     assert report["runs"] > 0
