@@ -20,10 +20,9 @@ Worked example::
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple, cast
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     from torch.distributed.tensor.placement_types import Placement
@@ -89,23 +88,35 @@ class PlacementSpec(NamedTuple):
 
     @staticmethod
     def of(p: Placement) -> PlacementSpec:
-        """The notation of a torch placement (``_StridedShard`` is not a ``Shard`` subclass)."""
-        kind = _kind_of(cast(Any, type(p)))  # a class: hashable, whatever its stubs say
+        """The notation of a torch placement (``_StridedShard`` is not a ``Shard`` subclass).
+        The common ones (Replicate, Shard of a dim < 64, each Partial op) are shared values,
+        made once: DTensor's pricing converts every placement of both specs it asks about."""
+        cls = type(p)
+        kind = _KINDS.get(cls) or _kind_of(cls)
+        if kind == "S":
+            dim = p.dim  # type: ignore[attr-defined]
+            return _SHARDS[dim] if 0 <= dim < len(_SHARDS) else PlacementSpec("S", dim)
+        if kind == "R":
+            return _REPLICATE
         if kind == "SS":
             return PlacementSpec("SS", p.dim, int(p.split_factor))  # type: ignore[attr-defined]
-        if kind == "S":
-            return PlacementSpec("S", p.dim)  # type: ignore[attr-defined]
         if kind == "P":
-            return PlacementSpec("P", reduce_op=p.reduce_op)  # type: ignore[attr-defined]
-        if kind == "R":
-            return PlacementSpec("R")
+            op = p.reduce_op  # type: ignore[attr-defined]
+            return _PARTIALS.get(op) or PlacementSpec("P", reduce_op=op)
         raise ValueError(f"cannot write placement {p!r} in R/S/SS/P notation")
 
 
-@functools.lru_cache(maxsize=64)
+_REPLICATE = PlacementSpec("R")
+_SHARDS = tuple(PlacementSpec("S", d) for d in range(64))
+_PARTIALS = {op: PlacementSpec("P", reduce_op=op) for op in REDUCE_OPS}
+# The notation's kind of each torch placement class met so far (``_kind_of``).
+_KINDS: dict[type, str] = {}
+
+
 def _kind_of(cls: type) -> str | None:
     """The notation's kind for a torch placement class (a subclass reads as its base;
-    ``_StridedShard`` first, as it is not a ``Shard``), or None."""
+    ``_StridedShard`` first, as it is not a ``Shard``), noted in ``_KINDS``; None for another
+    class."""
     from torch.distributed.tensor.placement_types import (
         Partial,
         Replicate,
@@ -115,6 +126,8 @@ def _kind_of(cls: type) -> str | None:
 
     for kind, base in (("SS", _StridedShard), ("S", Shard), ("P", Partial), ("R", Replicate)):
         if issubclass(cls, base):
+            if len(_KINDS) < 64:  # (bounded: placement classes are few)
+                _KINDS[cls] = kind
             return kind
     return None
 

@@ -384,6 +384,23 @@ def test_placement_notation_round_trips(text: str) -> None:
     assert PlacementSpec.of(p.to_torch()) == p
 
 
+def test_placements_read_from_torch_are_the_notation_whatever_their_class() -> None:
+    # the common ones are shared values; the rest are made equal to what parsing gives
+    from torch.distributed.tensor.placement_types import Partial, Replicate, Shard
+
+    class MyShard(Shard):
+        pass
+
+    assert PlacementSpec.of(Shard(1)) is PlacementSpec.of(Shard(1)) == parse_placement("S1", 3)
+    assert PlacementSpec.of(Replicate()) == PlacementSpec("R")
+    assert PlacementSpec.of(Partial("max")) == parse_placement("P:max", 1)
+    assert PlacementSpec.of(MyShard(0)) == PlacementSpec("S", 0)  # a subclass reads as its base
+    assert PlacementSpec.of(Shard(70)) == PlacementSpec("S", 70)  # past the shared dims
+    assert PlacementSpec.of(Shard(-1)) == PlacementSpec("S", -1)  # (a spec's dims are >= 0)
+    with pytest.raises(ValueError, match=r"cannot write placement .* in R/S/SS/P notation"):
+        PlacementSpec.of(object())  # type: ignore[arg-type]
+
+
 def test_negative_shard_dims_are_normalised() -> None:
     assert [str(p) for p in parse_placements("[S-1, SS-3:2]", 3, (2, 2))] == ["S2", "SS0:2"]
 
