@@ -51,11 +51,12 @@ Worked example, on a 2x4 mesh::
     with cute_shard.enabled():  # reentrant; restores the state before it
         ...
 
-Strict views (``view``, ``_unsafe_view``, the in-place ``squeeze_``) that need communication
-raise ``cute_shard.RedistributionRequired``; DTensor wraps it in a RuntimeError whose message
-starts with ours (the tensor dim, the mesh dim and the redistribution that would work).
-``squeeze``, which torch 2.13 registers as strict too, replicates a sharded size-1 dim it
-drops and succeeds, as newer torch releases do.
+Strict views (``view``, the in-place ``squeeze_``) that need communication raise
+``cute_shard.RedistributionRequired``; DTensor wraps it in a RuntimeError whose message starts
+with ours (the tensor dim, the mesh dim and the redistribution that would work). Two that
+torch registers as strict move what must move instead (``_NOT_STRICT``): ``squeeze``
+replicates a sharded size-1 dim it drops, as newer torch releases do, and ``_unsafe_view``,
+a composite op's view of its own fresh result (matmul's fold back), redistributes.
 
 Under inference mode the CompositeImplicitAutograd view ops arrive whole. ``aten.reshape`` has
 its own (non-strict) strategy; for the others torch 2.13 propagates their decomposition one
@@ -597,11 +598,20 @@ def torch_view_ops() -> tuple[ViewOp, ...]:
     return _find_view_ops()
 
 
-# Overloads torch 2.13 registers as strict views that cute_shard lets redistribute: a squeeze
-# of a sharded size-1 dim replicates that mesh dim and succeeds, as newer torch releases do,
-# instead of raising. The in-place squeeze_ stays strict: DTensor cannot redistribute the
-# tensor it changes in place.
-_NOT_STRICT = frozenset({aten.squeeze.default, aten.squeeze.dim, aten.squeeze.dims})
+# Overloads torch registers as strict views that cute_shard lets redistribute:
+# - a squeeze of a sharded size-1 dim replicates that mesh dim and succeeds, as torch releases
+#   after 2.13 do, instead of raising;
+# - ``_unsafe_view``: the view a composite op takes of its own fresh result (matmul and linear
+#   fold a batch back, reshape views the copy it made), which nothing else can alias, so
+#   moving it first is safe. Strict, it broke programs install() makes cheaper: priced by
+#   their plans, DTensor picks ``_StridedShard`` strategies (an ``mm`` keeping a strided shard
+#   of its rows) that torch's pricing avoided, and ``x @ w`` of a 3-D ``x`` then raised in
+#   the fold back where it ran without install().
+# The in-place squeeze_ stays strict: DTensor cannot redistribute the tensor it changes in
+# place; so does ``view``: the user's alias.
+_NOT_STRICT = frozenset(
+    {aten.squeeze.default, aten.squeeze.dim, aten.squeeze.dims, aten._unsafe_view.default}
+)
 
 
 def _find_view_ops() -> tuple[ViewOp, ...]:

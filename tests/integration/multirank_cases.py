@@ -100,7 +100,8 @@ OPS: dict[str, Op] = {
     "view": Op(lambda t, s: t.view(s), strict=True),
     "reshape": Op(lambda t, s: t.reshape(s), strict=False, backward=True),
     "reshape_inference": Op(lambda t, s: t.reshape(s), strict=False, inference=True),
-    "_unsafe_view": Op(lambda t, s: torch.ops.aten._unsafe_view(t, s), strict=True),
+    # a composite op's fold of its own result: install() lets it move what must move
+    "_unsafe_view": Op(lambda t, s: torch.ops.aten._unsafe_view(t, s), strict=False),
     "view_copy": Op(lambda t, s: torch.view_copy(t, s), strict=False),
     # squeeze replicates a sharded size-1 dim it drops (install() makes it non-strict);
     # squeeze_ cannot redistribute in place and stays strict.

@@ -21,6 +21,7 @@ from torch.distributed.tensor.placement_types import _StridedShard
 
 import cute_shard
 from cute_shard import RedistributionRequired, integration, oracle, rules
+from cute_shard.notation import placements_str
 
 from .conftest import fake_world
 from .multirank_cases import OPS
@@ -30,13 +31,14 @@ Rep = Replicate()
 
 # The view-op overloads every supported torch release registers in _view_ops (the integration
 # finds them itself; this list catches a torch upgrade that adds or drops one), and t(), which
-# torch registers elsewhere, each with its strictness under install(): torch's, except squeeze,
-# which torch registers as strict and install() lets redistribute a sharded size-1 dim (the
-# in-place squeeze_ stays strict).
+# torch registers elsewhere, each with its strictness under install(): torch's, except squeeze
+# and _unsafe_view, which torch registers as strict and install() lets redistribute (a sharded
+# size-1 dim squeezed; a composite op's fold of its own result; the in-place squeeze_ stays
+# strict).
 TORCH_VIEW_OPS = {
     aten.view.default: True,
     aten.reshape.default: False,
-    aten._unsafe_view.default: True,
+    aten._unsafe_view.default: False,
     aten.view_copy.default: False,
     aten.squeeze.default: False,
     aten.squeeze.dim: False,
@@ -689,6 +691,37 @@ def test_gradients_are_torchs_where_torch_handles_the_reshape(world8: None) -> N
         for mode in BOTH:
             cute_shard.install(reshape_may_copy=mode)  # type: ignore[arg-type]
             assert on_all_ranks(*case) == (True, True)
+
+
+_W = torch.arange(18.0).reshape(6, 3) % 5 - 2
+
+
+def _at_w(t: torch.Tensor) -> torch.Tensor:
+    """``t @ _W``, the weight replicated when ``t`` is a DTensor."""
+    if isinstance(t, DTensor):
+        from torch.distributed.tensor import distribute_tensor
+
+        mesh = t.device_mesh
+        return t @ distribute_tensor(_W, mesh, [Rep] * mesh.ndim, src_data_rank=None)
+    return t @ _W
+
+
+def test_a_matmul_folds_its_result_back_whatever_strategy_mm_takes(world8: None) -> None:
+    """``x @ w`` of a 3-D ``x`` views it to 2-D, runs mm and folds the result back with
+    ``_unsafe_view``. Priced by its plan, an all-to-all to ``_StridedShard(0, 2)`` of the rows
+    is mm's cheapest input (torch's pricing chose an all-gather), and that shard of the (32, 3)
+    result cannot stay in the (8, 4, 3) fold: the fold moves it (torch registers it strict,
+    and the matmul raised where it ran without install())."""
+    case = ((8,), (8, 4, 6), (_StridedShard(2, split_factor=2),), _at_w)
+    cute_shard.uninstall()
+    assert on_all_ranks(*case) == (True, True)
+    cute_shard.install()
+    with cute_shard.trace() as t:
+        assert on_all_ranks(*case) == (True, True)
+    # mm took the strided rows (an all-to-all), and the fold back all-gathered them
+    assert [placements_str(r.target) for r in t.redistributions] == ["[SS0:2]"]
+    (fold,) = [r for r in t.views if r.op == "_unsafe_view"]
+    assert (placements_str(fold.input), placements_str(fold.target)) == ("[SS0:2]", "[R]")
 
 
 def test_merging_a_sharded_trailing_size_two_dim_needs_no_communication(
