@@ -238,27 +238,25 @@ def _as_source(local: torch.Tensor, plan: Plan, *coord: int) -> torch.Tensor:
 
 @maybe_run_for_local_tensor
 def _as_given(out: torch.Tensor, local: torch.Tensor, plan: Plan, *coord: int) -> torch.Tensor:
-    """The result squeezed as the given local tensor was (it stays squeezed)."""
+    """The result squeezed as the given local tensor was (it stays squeezed), but for a dim the
+    target shards: most ranks hold none of its one row, and a rank's local tensor keeps the
+    global dims where any rank's must (the plan decides, so every rank alike)."""
     want = plan.local_shape(plan.start, tuple(coord))
     missing = _missing(tuple(local.shape), want, plan, coord)
-    return out.reshape([n for d, n in enumerate(out.shape) if d not in missing])
+    sharded = {p.dim for p in plan.dst if p.shards}
+    drop = [d for d in missing if d not in sharded]
+    return out.reshape([n for d, n in enumerate(out.shape) if d not in drop])
 
 
 def _missing(
     have: tuple[int, ...], want: tuple[int, ...], plan: Plan, coord: Sequence[int]
 ) -> tuple[int, ...]:
-    """The dims of global size 1 that ``have`` lacks to be ``want``, or ValueError."""
-    missing: list[int] = []
-    i = 0
-    for d, n in enumerate(want):
-        if i < len(have) and have[i] == n:
-            i += 1
-        elif plan.shape[d] == 1:
-            missing.append(d)
-        else:
-            break
-    if i == len(have) and len(have) + len(missing) == len(want):
-        return tuple(missing)
+    """The dims of global size 1 that ``have`` lacks to be ``want`` (the first such choice,
+    where several fit), or ValueError."""
+    ones = [d for d, n in enumerate(plan.shape) if n == 1]
+    for missing in itertools.combinations(ones, len(want) - len(have)):
+        if tuple(n for d, n in enumerate(want) if d not in missing) == have:
+            return missing
     raise ValueError(
         f"rank at mesh coordinate {tuple(coord)}: its local tensor has shape {have}, but "
         f"{_text(plan.src)} of a global {plan.shape} on mesh {plan.mesh} gives it {want}; "

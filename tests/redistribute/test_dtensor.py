@@ -518,6 +518,35 @@ def test_inplace_squeeze_result_stays_squeezed_under_local_tensor_mode() -> None
     assert shapes[True] == shapes[False] == [(8, 4)] * 8
 
 
+def test_inplace_squeeze_then_a_target_that_shards_the_squeezed_dim() -> None:
+    """After ``squeeze_`` the local tensor lacks a global size-1 dim; a target sharding that
+    dim gives its one row to the first rank and none to the others, so no rank's result can
+    stay squeezed: every rank's keeps the dim, the DTensor is consistent again, and
+    ``full_tensor()`` is the tensor (torch's own redistribution returns a (1,) local tensor
+    per rank here, and ``full_tensor()`` gives ``[0.]``)."""
+    cute_shard.install()
+    full = torch.arange(3.0).reshape(1, 3)
+    for source in ([Replicate()], [Partial()]):
+        with every_rank(4):
+            mesh = init_device_mesh("cpu", (4,))
+            x = distribute_tensor(full, mesh, [Replicate()])
+            if source == [Partial()]:
+                x = DTensor.from_local(rank_map(lambda r: full / 4), mesh, source, run_check=False)
+            x.squeeze_(0)
+            y = x.redistribute(mesh, [Shard(0)])
+            assert [tuple(t.shape) for t in per_rank(y, 4)] == [(1, 3), (0, 3), (0, 3), (0, 3)]
+            assert all(torch.equal(t, full) for t in per_rank(y.full_tensor(), 4))
+    # a target sharding the other dim: every rank's result stays squeezed, and the way back
+    # reads its (1,) as lacking the size-1 dim 0, not the size-3 dim 1
+    with every_rank(4):
+        mesh = init_device_mesh("cpu", (4,))
+        x = distribute_tensor(full, mesh, [Replicate()])
+        x.squeeze_(0)
+        y = x.redistribute(mesh, [Shard(1)])
+        assert [tuple(t.shape) for t in per_rank(y, 4)] == [(1,), (1,), (1,), (0,)]
+        assert all(torch.equal(t, full[0]) for t in per_rank(y.full_tensor(), 4))
+
+
 # ------------------------------------------------------------------------------ async_op
 
 # (name, mesh, shape, source, target, whether the last collective's output is the target up
