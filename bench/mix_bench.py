@@ -47,7 +47,7 @@ import cute_shard.rules as R
 
 from .harness import clock_overhead_ns, geomean, table
 
-__all__ = ["MixCase", "mix_cases", "run"]
+__all__ = ["MixCase", "factors", "mix_cases", "regrouping", "run"]
 
 MESHES = ((2,), (3,), (4,), (6,), (8,), (2, 2), (2, 3), (3, 2), (2, 4), (4, 2), (2, 2, 2))
 SIZES = (1, 2, 2, 3, 4, 4, 5, 6, 8, 8, 12, 15, 16, 16, 24, 32, 48, 64, 96, 128)
@@ -77,7 +77,7 @@ def factors(n: int) -> list[int]:
     return [*out, n] if n > 1 else out
 
 
-def _target(rng: random.Random, shape: tuple[int, ...]) -> tuple[int, ...]:
+def regrouping(rng: random.Random, shape: tuple[int, ...]) -> tuple[int, ...]:
     """A regrouping of the same elements: keep some dims, merge or split the rest."""
     if rng.random() < 0.4:  # a flatten or an unflatten of part of the shape
         n = len(shape)
@@ -129,7 +129,7 @@ def mix_cases(n: int, seed: int = 0) -> list[MixCase]:
         if math.prod(shape) > 1 << 22:
             continue
         mesh = rng.choice(MESHES)
-        out.append(MixCase(shape, _target(rng, shape), mesh, _placements(rng, shape, mesh)))
+        out.append(MixCase(shape, regrouping(rng, shape), mesh, _placements(rng, shape, mesh)))
     return out
 
 

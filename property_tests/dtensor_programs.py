@@ -34,6 +34,7 @@ from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tenso
 from torch.distributed.tensor.placement_types import Placement, _StridedShard
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
+from bench.mix_bench import regrouping
 from cute_shard import oracle
 
 MESHES = ((2,), (3,), (4,), (8,), (2, 2), (2, 3), (2, 4), (4, 2), (2, 2, 2))
@@ -64,37 +65,6 @@ def _placement(rng: random.Random, ndim: int) -> Placement:
     return Shard(d)
 
 
-def _factors(n: int) -> list[int]:
-    out, d = [], 2
-    while d * d <= n:
-        while n % d == 0:
-            out.append(d)
-            n //= d
-        d += 1
-    return [*out, n] if n > 1 else out
-
-
-def _regrouping(rng: random.Random, shape: list[int]) -> tuple[int, ...]:
-    """The same elements as another shape: a flatten or split of part of it, or a shuffle."""
-    if rng.random() < 0.4:
-        a = rng.randrange(len(shape))
-        b = rng.randrange(a, len(shape))
-        middle = math.prod(shape[a : b + 1])
-        fs = _factors(middle)
-        if a == b and len(fs) > 1:
-            parts = [1] * rng.randint(2, min(3, len(fs)))
-            for f in fs:
-                parts[rng.randrange(len(parts))] *= f
-            return (*shape[:a], *parts, *shape[b + 1 :])
-        return (*shape[:a], middle, *shape[b + 1 :])
-    fs = _factors(math.prod(shape))
-    rng.shuffle(fs)
-    out = [1] * rng.randint(1, 4)
-    for f in fs:
-        out[rng.randrange(len(out))] *= f
-    return tuple(out)
-
-
 def random_program(seed: int) -> Program:
     rng = random.Random(seed)
     while True:
@@ -108,7 +78,7 @@ def random_program(seed: int) -> Program:
     for _ in range(rng.randint(2, 6)):
         k = rng.random()
         if k < 0.3:
-            target = _regrouping(rng, sh)
+            target = regrouping(rng, tuple(sh))
             ops.append(("view" if rng.random() < 0.5 else "reshape", target))
             sh = list(target)
         elif k < 0.4 and len(sh) >= 2:
