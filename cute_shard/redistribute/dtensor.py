@@ -254,7 +254,8 @@ def _missing(
     """The dims of global size 1 that ``have`` lacks to be ``want`` (the first such choice,
     where several fit), or ValueError."""
     ones = [d for d, n in enumerate(plan.shape) if n == 1]
-    for missing in itertools.combinations(ones, len(want) - len(have)):
+    lacks = len(want) - len(have)  # (negative: more dims than the spec says, never right)
+    for missing in itertools.combinations(ones, lacks) if lacks >= 0 else ():
         if tuple(n for d, n in enumerate(want) if d not in missing) == have:
             return missing
     raise ValueError(

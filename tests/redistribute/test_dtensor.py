@@ -452,6 +452,25 @@ def test_a_local_tensor_that_does_not_match_raises_before_any_collective(rank: i
         assert "(4, 3)" in message and "(4, 2)" in message and "[S0, S1]" in message
 
 
+def test_a_local_tensor_with_more_dims_than_its_spec_raises_the_same_error() -> None:
+    cute_shard.install()
+    with fake_world(8):
+        mesh = init_device_mesh("cpu", (2, 4))
+        bad = DTensor.from_local(
+            torch.zeros(4, 2, 1),
+            mesh,
+            [Shard(0), Shard(1)],
+            shape=torch.Size((8, 8)),
+            stride=(8, 1),
+        )
+        with (
+            CommDebugMode() as comm,
+            pytest.raises(ValueError, match=r"its local tensor has shape \(4, 2, 1\)"),
+        ):
+            bad.redistribute(mesh, [Replicate(), Replicate()])
+        assert comm.get_total_counts() == 0
+
+
 def test_a_local_tensor_that_does_not_match_raises_under_local_tensor_mode() -> None:
     cute_shard.install()
     with every_rank(8):
