@@ -88,9 +88,8 @@ ops and their arguments (lists are comma-separated, e.g. 128,32):
   transpose DIM0 DIM1 | movedim SOURCE DEST | flatten [START [END]]
   unflatten DIM SIZES | squeeze [DIMS] | unsqueeze DIM
   -1 works in any list: --op view -1,32, --op expand -1,16,32
-view is strict, as on a DTensor: where data would have to move it raises (shown as
-"strict view raises ..."); reshape, flatten, unflatten, squeeze and the others redistribute
-(squeeze of a sharded size-1 dim replicates that mesh dim, as with cute_shard.install()).
+view and squeeze are strict, as on a DTensor: where data would have to move they raise
+(shown as "strict view raises ..."); reshape, flatten and unflatten redistribute.
 
 example:
   cute-shard explain --shape 8,16,32 --mesh 2,4 --placements S0,S1 --view 128,32

@@ -143,10 +143,10 @@ OPS: dict[str, tuple[tuple[str, ...], int]] = {
 }
 
 # The ops whose DTensor strategy is a strict view with ``install()``: where data would have to
-# move they raise instead of redistributing. The others may redistribute: reshape, flatten and
-# unflatten (``install()`` lets them copy), and squeeze, which torch 2.13 registers as strict
-# but ``install()`` lets replicate a sharded size-1 dim it drops, as newer torch releases do.
-STRICT_OPS = frozenset({"view"})
+# move they raise instead of redistributing (a view shares its input's storage). The others
+# may redistribute: reshape, flatten and unflatten (``install()`` lets them copy) and the ops
+# that never need to move anything.
+STRICT_OPS = frozenset({"view", "squeeze"})
 
 # An op's argument: one int, or a list of them (SHAPE, SIZES, and DIMS, SOURCE, DEST with a
 # comma).

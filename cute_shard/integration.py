@@ -51,12 +51,14 @@ Worked example, on a 2x4 mesh::
     with cute_shard.enabled():  # reentrant; restores the state before it
         ...
 
-Strict views (``view``, the in-place ``squeeze_``) that need communication raise
-``cute_shard.RedistributionRequired``; DTensor wraps it in a RuntimeError whose message starts
-with ours (the tensor dim, the mesh dim and the redistribution that would work). Two that
-torch registers as strict move what must move instead (``_NOT_STRICT``): ``squeeze``
-replicates a sharded size-1 dim it drops, as newer torch releases do, and ``_unsafe_view``,
-a composite op's view of its own fresh result (matmul's fold back), redistributes.
+Strict views (``view``, ``squeeze`` and the in-place ``squeeze_``) that need communication
+raise ``cute_shard.RedistributionRequired``; DTensor wraps it in a RuntimeError whose message
+starts with ours (the tensor dim, the mesh dim and the redistribution that would work). A
+view shares its input's storage, so moving data inside one would break the alias (a write
+through either would not reach the other, and autograd would still treat them as one). The
+one view torch registers as strict that moves what must move instead (``_NOT_STRICT``) is
+``_unsafe_view``, a composite op's view of its own fresh result (matmul's fold back), which
+nothing else aliases and autograd does not treat as a view.
 
 Under inference mode the CompositeImplicitAutograd view ops arrive whole. ``aten.reshape`` has
 its own (non-strict) strategy; for the others torch 2.13 propagates their decomposition one
@@ -95,7 +97,12 @@ from torch.distributed.tensor.placement_types import (
 )
 
 from . import meta, rules
-from .engine import ViewDecision, decide_view, propagate_shape_and_sharding
+from .engine import (
+    RedistributionRequired,
+    ViewDecision,
+    decide_view,
+    propagate_shape_and_sharding,
+)
 from .redistribute import dtensor as redistribution
 from .rules import UndecidableRule
 
@@ -173,7 +180,7 @@ _COMPLEX_PARTIALS = ("sum", "avg")
 @dataclass(frozen=True, slots=True)
 class ViewOp:
     """A view-op overload as torch registers it: its local op, torch's rule and strictness
-    (torch's, except that squeeze may redistribute: ``_NOT_STRICT``)."""
+    (torch's, except that ``_unsafe_view`` may redistribute: ``_NOT_STRICT``)."""
 
     overload: OpOverload
     local_op: Callable[..., Any]
@@ -211,9 +218,13 @@ class ViewOp:
         by the ViewStrategy and by the fast path alike; a strict view that must move raises
         ``RedistributionRequired``."""
         placements, complex_view = self._engine_input(placements)
-        target, output = propagate_shape_and_sharding(
-            placements, shape, rule, mesh.shape, self.strict_view, complex_view=complex_view
-        )
+        try:
+            target, output = propagate_shape_and_sharding(
+                placements, shape, rule, mesh.shape, self.strict_view, complex_view=complex_view
+            )
+        except RedistributionRequired as refused:
+            refused.note = _refused_where()
+            raise
         return tuple(target), tuple(output)
 
     def decision(
@@ -235,6 +246,20 @@ class ViewOp:
         if complex_view:
             placements = _allowed_partials(placements)
         return placements, complex_view
+
+
+def _refused_where() -> str | None:
+    """What a strict view refused in the backward adds to its message: that view is a reshape
+    torch makes there (a view's backward reshapes the gradient back), which the program cannot
+    redistribute itself; the dispatcher mode's kernels reach it. None outside the backward, or
+    in the dispatcher mode (there the refused view is not such a reshape)."""
+    node = torch._C._current_autograd_node()
+    if node is None or (_saved is not None and _saved.mode == "dispatcher"):
+        return None
+    return (
+        f"It was met in the backward ({node.name()}), where torch reshapes a gradient back: "
+        'install(reshape_may_copy="dispatcher") lets such inner reshapes redistribute'
+    )
 
 
 def _allowed_partials(placements: Sequence[Placement]) -> tuple[Placement, ...]:
@@ -598,20 +623,18 @@ def torch_view_ops() -> tuple[ViewOp, ...]:
     return _find_view_ops()
 
 
-# Overloads torch registers as strict views that cute_shard lets redistribute:
-# - a squeeze of a sharded size-1 dim replicates that mesh dim and succeeds, as torch releases
-#   after 2.13 do, instead of raising;
-# - ``_unsafe_view``: the view a composite op takes of its own fresh result (matmul and linear
-#   fold a batch back, reshape views the copy it made), which nothing else can alias, so
-#   moving it first is safe. Strict, it broke programs install() makes cheaper: priced by
-#   their plans, DTensor picks ``_StridedShard`` strategies (an ``mm`` keeping a strided shard
-#   of its rows) that torch's pricing avoided, and ``x @ w`` of a 3-D ``x`` then raised in
-#   the fold back where it ran without install().
-# The in-place squeeze_ stays strict: DTensor cannot redistribute the tensor it changes in
-# place; so does ``view``: the user's alias.
-_NOT_STRICT = frozenset(
-    {aten.squeeze.default, aten.squeeze.dim, aten.squeeze.dims, aten._unsafe_view.default}
-)
+# The overload torch registers as a strict view that cute_shard lets redistribute:
+# ``_unsafe_view``, the view a composite op takes of its own fresh result (matmul and linear
+# fold a batch back, reshape views the copy it made). Nothing else aliases it and autograd
+# does not treat it as a view, so moving it first is safe. Strict, it broke programs
+# install() makes cheaper: priced by their plans, DTensor picks ``_StridedShard`` strategies
+# (an ``mm`` keeping a strided shard of its rows) that torch's pricing avoided, and ``x @ w``
+# of a 3-D ``x`` then raised in the fold back where it ran without install().
+# Every real view stays strict: ``view``, ``squeeze`` (torch 2.13-2.15 register it strict)
+# and ``squeeze_``. Moving data inside one breaks its alias: ``y = x.squeeze(1); y.mul_(2)``
+# would leave ``x`` as it was, and autograd, which still links them, would give a gradient
+# for the aliased program (``test_install.py``).
+_NOT_STRICT = frozenset({aten._unsafe_view.default})
 
 
 def _find_view_ops() -> tuple[ViewOp, ...]:

@@ -20,7 +20,7 @@ must be active), forward and backward:
 each with the program's own line (the first frame outside torch and cute_shard).
 ``print(log)`` shows one table in the order things ran, ``log.records`` holds the records,
 ``log.to_json()`` the same as JSON. Every collective appears once: a view op that moved its
-input (a ``reshape`` redistributing first, a ``squeeze`` replicating a dim) holds that
+input (a ``reshape`` redistributing first, matmul's fold back gathering) holds that
 redistribution's plan in its ``moves``, so there is no separate record of it. Worked example
 (on a (2, 4) mesh, ``x`` of global shape (8, 16, 32) as ``[Shard(0), Shard(1)]``)::
 

@@ -10,7 +10,8 @@ torch alone runs it wrong and cute_shard right, the program passes.
 The dispatcher mode, because the default methods mode does not reach reshapes inside other
 ops (a view's backward, matmul's fold), and with cute_shard's prices DTensor picks strategies
 whose shards such a strict view cannot keep where torch's choices could: about 3 programs in
-560 raise there (``test_install.py``'s strict xfail, design.md section 4).
+560 raise there, saying where and naming the dispatcher mode (``test_install.py``, design.md
+section 4).
 
 Its first runs (a wider draw, with 1-D ``@``) found the strict ``_unsafe_view`` that made
 ``x @ w`` raise under install() (seed 279 here meets it: with ``_unsafe_view`` strict again it

@@ -483,24 +483,24 @@ def test_view_is_strict_and_reshape_is_not(
     assert d["strict"] is strict
 
 
-def test_squeeze_of_a_sharded_size_one_dim_redistributes(
+def test_squeeze_of_a_sharded_size_one_dim_is_strict(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """squeeze is not strict with install(): it replicates a sharded size-1 dim it drops (an
-    all-gather of what rank 0 holds) and succeeds, and the oracle accepts the answer."""
+    """squeeze is a view (its output shares the input's storage), strict as DTensor
+    registers it: dropping a sharded size-1 dim raises, in torch's words where the installed
+    torch refuses it too, and says what a reshape would move instead (an all-gather of what
+    rank 0 holds), which the oracle accepts."""
     argv = ["--shape", "4,1,6", "--mesh", "2,2", "--placements", "S0,S1", "--op", "squeeze"]
     d = _explain_json(capsys, [*argv, "--compare-torch"])
-    assert d["strict"] is False and d["strict_error"] is None
+    assert d["strict"] is True
+    assert d["strict_error"] and "mesh dim 1" in d["strict_error"]  # type: ignore[operator]
+    theirs = torch_refusal([Shard(0), Shard(1)], (4, 1, 6), rules.squeeze((4, 1, 6)), (2, 2))
+    assert theirs is not None and f"(in torch's words: {theirs})" in d["strict_error"]  # type: ignore[operator]
     assert (d["input_target"], d["output"]) == (["S0", "R"], ["S0", "R"])
     [step] = d["communication"]  # type: ignore[misc]
     assert (step["mesh_dim"], step["collective"]) == (1, "all-gather")
     assert "keeps no output dim for tensor dim 1" in step["reason"]
     assert d["oracle"]["valid"] is True  # type: ignore[index]
-    # --strict still refuses, in torch's words where the installed torch refuses it too
-    strict = _explain_json(capsys, [*argv, "--strict"])
-    assert strict["strict_error"] and "mesh dim 1" in strict["strict_error"]
-    theirs = torch_refusal([Shard(0), Shard(1)], (4, 1, 6), rules.squeeze((4, 1, 6)), (2, 2))
-    assert theirs is not None and f"(in torch's words: {theirs})" in strict["strict_error"]
 
 
 def test_view_that_must_move_data_says_it_raises(capsys: pytest.CaptureFixture[str]) -> None:

@@ -141,6 +141,25 @@ def test_redistribution_required_is_a_runtime_error() -> None:
     assert issubclass(cute_shard.RedistributionRequired, RuntimeError)
 
 
+def test_a_refusal_pickles_with_its_note() -> None:
+    """Errors cross process boundaries (gloo workers report them): the details and the note a
+    caller added (where the view was met) survive a pickle round trip."""
+    import pickle
+
+    shape, target = (8, 16, 32), (16, 8, 32)
+    rule = R.view_groups(shape, target)
+    with pytest.raises(cute_shard.RedistributionRequired) as info:
+        cute_shard.propagate_shape_and_sharding(
+            [Shard(0), Shard(1)], shape, rule, (2, 4), strict_view=True
+        )
+    err = info.value
+    err.note = "It was met in the backward (ViewBackward0)"
+    back = pickle.loads(pickle.dumps(err))
+    assert str(back) == str(err)
+    assert str(err).endswith(". It was met in the backward (ViewBackward0)")
+    assert back.blocked == err.blocked and back.suggestion == err.suggestion
+
+
 def test_legal_but_odd_inputs_do_not_raise() -> None:
     """Legal corner cases: size-1 mesh dims, Shard of a size-1 dim, split factor above the dim
     size, a _StridedShard with split factor 1, negative placement dims."""

@@ -56,6 +56,7 @@ class RedistributionRequired(RuntimeError):
         self.args = ()  # (what RuntimeError.__init__ would do; the message is __str__'s)
         self._details: Details = (blocked, suggestion, torch_words)
         self._later = later
+        self.note: str | None = None  # a sentence the caller adds: where the view was met
 
     def _read(self) -> Details:
         if self._later is not None:
@@ -83,16 +84,17 @@ class RedistributionRequired(RuntimeError):
         hint = ""
         if suggestion is not None:
             hint = f"; redistribute the input to {list(suggestion)} first, or use reshape"
+        note = "" if self.note is None else f". {self.note}"
         return (
             f"view needs communication: tensor dim {first.tensor_dim} is sharded on mesh dim "
-            f"{first.mesh_dim} and {first.reason}{more}{said}{hint}"
+            f"{first.mesh_dim} and {first.reason}{more}{said}{hint}{note}"
         )
 
     def __repr__(self) -> str:
         return f"RedistributionRequired({str(self)!r})"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return type(self), self._read()
+        return type(self), self._read(), {"note": self.note}
 
 
 def reason(fail: Fail, mesh_dim: int, dim: int, sf: Any, size: int, pair: int) -> str:

@@ -103,11 +103,10 @@ OPS: dict[str, Op] = {
     # a composite op's fold of its own result: install() lets it move what must move
     "_unsafe_view": Op(lambda t, s: torch.ops.aten._unsafe_view(t, s), strict=False),
     "view_copy": Op(lambda t, s: torch.view_copy(t, s), strict=False),
-    # squeeze replicates a sharded size-1 dim it drops (install() makes it non-strict);
-    # squeeze_ cannot redistribute in place and stays strict.
-    "squeeze": Op(lambda t: t.squeeze(), strict=False),
-    "squeeze_dim": Op(lambda t, d: t.squeeze(d), strict=False),
-    "squeeze_dims": Op(lambda t, ds: t.squeeze(ds), strict=False),
+    # squeeze and squeeze_ are views: dropping a sharded size-1 dim raises.
+    "squeeze": Op(lambda t: t.squeeze(), strict=True),
+    "squeeze_dim": Op(lambda t, d: t.squeeze(d), strict=True),
+    "squeeze_dims": Op(lambda t, ds: t.squeeze(ds), strict=True),
     # In place on the freshly built input DTensor (a clone would redistribute a Partial).
     "squeeze_": Op(lambda t, d: t.squeeze_(d), strict=True, inplace=True),
     "squeeze__all": Op(lambda t: t.squeeze_(), strict=True, inplace=True),

@@ -75,7 +75,7 @@ OPS: list[tuple[str, tuple[int, ...], tuple[Any, ...], Any, Callable[..., torch.
     ("unsqueeze", (8, 16), (Shard(1), Rep), None, lambda t: t.unsqueeze(0)),
     ("squeeze", (8, 1, 16), (Shard(0), Shard(2)), None, lambda t: t.squeeze(1)),
     ("squeeze all", (8, 1, 16), (Shard(0), Rep), None, lambda t: t.squeeze()),
-    # a sharded size-1 dim: replicated (an all-gather of what rank 0 holds), then squeezed
+    # a sharded size-1 dim: a strict view, it raises (both paths alike)
     ("squeeze sharded", (8, 1, 16), (Shard(0), Shard(1)), None, lambda t: t.squeeze(1)),
     ("squeeze all sharded", (8, 1, 16), (Shard(1), Shard(2)), None, lambda t: t.squeeze()),
     ("expand", (8, 1, 16), (Shard(0), Shard(2)), None, lambda t: t.expand(8, 4, 16)),

@@ -31,18 +31,17 @@ Rep = Replicate()
 
 # The view-op overloads every supported torch release registers in _view_ops (the integration
 # finds them itself; this list catches a torch upgrade that adds or drops one), and t(), which
-# torch registers elsewhere, each with its strictness under install(): torch's, except squeeze
-# and _unsafe_view, which torch registers as strict and install() lets redistribute (a sharded
-# size-1 dim squeezed; a composite op's fold of its own result; the in-place squeeze_ stays
-# strict).
+# torch registers elsewhere, each with its strictness under install(): torch's, except
+# _unsafe_view, which torch registers as strict and install() lets redistribute (a composite
+# op's fold of its own result, which nothing aliases; the real views stay strict).
 TORCH_VIEW_OPS = {
     aten.view.default: True,
     aten.reshape.default: False,
     aten._unsafe_view.default: False,
     aten.view_copy.default: False,
-    aten.squeeze.default: False,
-    aten.squeeze.dim: False,
-    aten.squeeze.dims: False,
+    aten.squeeze.default: True,
+    aten.squeeze.dim: True,
+    aten.squeeze.dims: True,
     aten.squeeze_.default: True,
     aten.squeeze_.dim: True,
     aten.squeeze_.dims: True,
@@ -757,14 +756,20 @@ def test_a_views_backward_that_must_move_redistributes_in_dispatcher_mode() -> N
     assert _view_then_matmul_backward("dispatcher")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the default methods mode does not reach reshapes inside other ops (a view's "
-    "backward, matmul's fold): with the strategies cute_shard's prices pick, such a strict "
-    "view can need communication where torch's choices did not, and it raises",
-)
-def test_a_views_backward_that_must_move_redistributes_in_methods_mode() -> None:
-    assert _view_then_matmul_backward("methods")
+def test_a_views_backward_that_must_move_says_the_way_out_in_methods_mode() -> None:
+    """The default methods mode does not reach that reshape: it stays the strict view, and
+    the refusal says where it was met and which mode redistributes it. (Letting ``aten.view``
+    itself redistribute, with the user's views checked at a ``view`` method, would close it
+    but is unsound: a function-form reshape's output would be a copy that autograd still
+    treats as a view, design.md section 7.)"""
+    with pytest.raises(RuntimeError) as info:
+        _view_then_matmul_backward("methods")
+    first = str(info.value).splitlines()[0]
+    assert first.startswith("view needs communication: tensor dim")
+    assert first.endswith(
+        "It was met in the backward (ViewBackward0), where torch reshapes a gradient back: "
+        'install(reshape_may_copy="dispatcher") lets such inner reshapes redistribute'
+    )
 
 
 def test_merging_a_sharded_trailing_size_two_dim_needs_no_communication(
@@ -800,6 +805,31 @@ def test_reshapes_inside_other_ops_redistribute_with_the_dispatcher_kernels(
     cute_shard.install()
     with pytest.raises(RuntimeError, match="view needs communication"):
         on_all_ranks((8,), (3, 5, 8), (Shard(0),), _matmul)
+
+
+def test_squeeze_of_a_sharded_size_one_dim_is_strict_because_its_output_aliases() -> None:
+    """squeeze returns a view of its input. Were it to move the sharded size-1 dim first,
+    ``y = x.squeeze(1); y.mul_(2)`` would change a copy and leave ``x`` as it was, while
+    autograd, which still links ``y`` to ``x``, gave the gradient of the aliased program: on 2
+    ranks the forward read 828 where one process reads 1104, and the gradient was the
+    aliased program's 4 where the values computed imply 3. So squeeze raises, as torch
+    2.13-2.15 do; ``reshape`` (which may copy) is the way that moves."""
+    from torch.distributed._local_tensor import LocalTensorMode
+    from torch.distributed.tensor import distribute_tensor
+
+    g = torch.arange(24.0).reshape(6, 1, 4)
+    for mode in BOTH:
+        cute_shard.install(reshape_may_copy=mode)  # type: ignore[arg-type]
+        with fake_world(2), LocalTensorMode(frozenset(range(2))):
+            mesh = init_device_mesh("cpu", (2,))
+            x = distribute_tensor(g, mesh, [Shard(1)], src_data_rank=None).requires_grad_()
+            with pytest.raises(RuntimeError, match="would remove or reshape sharded dimension 1"):
+                (x * 1.0).squeeze(1)
+            y = (x * 1.0).reshape(6, 4)  # keeps the shard: a view, the alias intact
+            y.mul_(2)
+            y.sum().backward()
+            assert torch.equal(y.full_tensor(), 2 * g.reshape(6, 4))
+            assert torch.equal(x.grad.full_tensor(), torch.full((6, 1, 4), 2.0))
 
 
 def test_view_stays_strict_where_reshape_redistributes(mesh24: DeviceMesh) -> None:

@@ -269,15 +269,16 @@ def test_backward_views_are_recorded_at_the_backward_call(mesh24: DeviceMesh) ->
     assert x.grad is not None and [str(p) for p in backward[-1].output or ()] == ["R", "R"]
 
 
-def test_squeeze_and_the_in_place_squeeze(mesh24: DeviceMesh) -> None:
+def test_squeeze_and_the_in_place_squeeze_are_strict(mesh24: DeviceMesh) -> None:
     x = dtensor((8, 1, 6), mesh24, (Shard(0), Shard(1)))
     with cute_shard.trace() as log:
-        x.squeeze(1)  # replicates the sharded size-1 dim
-        with pytest.raises(RuntimeError, match="would remove or reshape sharded dimension 1"):
-            x.squeeze_(1)  # strict: cannot redistribute in place
+        for squeeze in (lambda t: t.squeeze(1), lambda t: t.squeeze_(1)):
+            with pytest.raises(RuntimeError, match="would remove or reshape sharded dimension 1"):
+                squeeze(x)  # views: moving the sharded size-1 dim would break the alias
     squeeze, in_place = log.records
-    assert [str(p) for p in squeeze.output or ()] == ["S0", "R"] and len(squeeze.moves) == 1
-    assert in_place.op == "squeeze_" and in_place.strict and in_place.error is not None
+    assert (squeeze.op, in_place.op) == ("squeeze", "squeeze_")
+    assert squeeze.strict and in_place.strict and squeeze.error and in_place.error
+    assert [(s.mesh_dim, s.collective) for s in squeeze.moves] == [(1, "all-gather")]
 
 
 def test_inference_mode_composite_views(mesh24: DeviceMesh) -> None:

@@ -257,20 +257,20 @@ def test_the_table_tells_one_story(mesh22: DeviceMesh) -> None:
 
 def test_a_reshape_holds_its_redistribution(mesh22: DeviceMesh) -> None:
     """The method's redistribution is the view's move, recorded once, with the plan that
-    ran; a squeeze that replicates a dim holds its own."""
+    ran; an ``_unsafe_view`` (matmul's fold back) that replicates a dim holds its own."""
     x = dtensor((4, 3, 12), mesh22, (Shard(0), Shard(2)))
-    s = dtensor((4, 1, 6), mesh22, (Shard(0), Shard(1)))
+    s = dtensor((4, 3, 6), mesh22, (Shard(0), Shard(1)))
     with cute_shard.trace() as log, CommDebugMode() as comm:
         x.reshape(4, 3, 3, 4)  # 3 heads over 2 tp ranks: a head is cut, tp is gathered
-        s.squeeze(1)
-    reshape, squeeze = log.records
-    assert isinstance(reshape, TraceRecord) and isinstance(squeeze, TraceRecord)
+        torch.ops.aten._unsafe_view(s, (4, 18))  # 3 rows over 2 tp ranks: tp is gathered
+    reshape, fold = log.records
+    assert isinstance(reshape, TraceRecord) and isinstance(fold, TraceRecord)
     assert reshape.method == "reshape" and not log.redistributions
     assert [(m.mesh_dim, m.collective, m.op) for m in reshape.moves] == [
         (1, "all-gather", "all_gather_into_tensor")
     ]
-    # (one rank holds the size-1 dim, the other nothing: unequal blocks, an all-to-all)
-    assert [(m.mesh_dim, m.collective, m.op) for m in squeeze.moves] == [
+    # (one tp rank holds 2 rows, the other 1: unequal blocks, an all-to-all)
+    assert [(m.mesh_dim, m.collective, m.op) for m in fold.moves] == [
         (1, "all-gather", "all_to_all_single")
     ]
     assert log.collectives() == {"all_gather_into_tensor": 1, "all_to_all_single": 1}
