@@ -792,12 +792,17 @@ def _view_rule(shape: tuple[Any, ...], out_shape: tuple[Any, ...]) -> Sequence[o
 # arguments; None for arguments torch rejects (the op then raises its own error).
 
 
-def _reshaped(shape: tuple[Any, ...], *new_shape: Any) -> tuple[Any, ...]:
+def _reshaped(current: tuple[Any, ...], *new_shape: Any, **named: Any) -> tuple[Any, ...] | None:
+    """``x.reshape(6, 4)``, ``x.reshape((6, 4))`` or ``x.reshape(shape=(6, 4))``."""
+    if named:
+        return tuple(named["shape"]) if not new_shape and named.keys() == {"shape"} else None
     return tuple(rules.shape_arg(new_shape))
 
 
-def _reshaped_as(shape: tuple[Any, ...], other: torch.Tensor) -> tuple[Any, ...]:
-    return tuple(other.shape)
+def _reshaped_as(shape: tuple[Any, ...], *other_shape: Any) -> tuple[Any, ...]:
+    """``x.reshape_as(other)``: the method passes ``other``'s shape, so that a cache key
+    never holds (and keeps alive) the tensor itself."""
+    return other_shape
 
 
 def _flattened(
@@ -880,8 +885,11 @@ def _reshape(self: DTensor, *args: Any, **kwargs: Any) -> torch.Tensor:
     return _TENSOR_RESHAPE(_moved(self, _reshaped, args, kwargs), *args, **kwargs)
 
 
-def _reshape_as(self: DTensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-    return _TENSOR_RESHAPE_AS(_moved(self, _reshaped_as, args, kwargs), *args, **kwargs)
+def _reshape_as(self: DTensor, other: Any) -> torch.Tensor:
+    shape = getattr(other, "shape", None)
+    if type(shape) is not torch.Size:  # not a tensor: torch's method raises its own error
+        return _TENSOR_RESHAPE_AS(self, other)
+    return _TENSOR_RESHAPE_AS(_moved(self, _reshaped_as, tuple(shape), {}), other)
 
 
 def _flatten(self: DTensor, *args: Any, **kwargs: Any) -> torch.Tensor:

@@ -832,6 +832,26 @@ def test_squeeze_of_a_sharded_size_one_dim_is_strict_because_its_output_aliases(
             assert torch.equal(x.grad.full_tensor(), torch.full((6, 1, 4), 2.0))
 
 
+def test_reshape_methods_take_every_argument_form_and_keep_no_tensor_alive(
+    mesh24: DeviceMesh,
+) -> None:
+    """``x.reshape(shape=...)`` redistributes like ``x.reshape(...)`` (it used to skip the
+    move and raise as the strict view), and ``x.reshape_as(other)`` caches by ``other``'s
+    shape: the cache of input targets never holds ``other`` alive."""
+    import gc
+    import weakref
+
+    cute_shard.install()
+    dt = dtensor((6, 8), mesh24, (Shard(1), Shard(0)))
+    assert dt.reshape(shape=(48,)).placements == dt.reshape(48).placements
+    other = torch.empty(48)
+    alive = weakref.ref(other)
+    assert dt.reshape_as(other).shape == (48,)
+    del other
+    gc.collect()
+    assert alive() is None
+
+
 def test_view_stays_strict_where_reshape_redistributes(mesh24: DeviceMesh) -> None:
     for mode in BOTH:
         cute_shard.install(reshape_may_copy=mode)  # type: ignore[arg-type]
