@@ -91,7 +91,7 @@ def test_place_is_sound_and_complete_on_one_state(
     for x in ins[:ax]:
         outer *= x
     want = labels(ins[ax], sf, m, inner, outer)
-    group = Group(ins, None, outs, None, {ax: 0})
+    group = Group(ins, outs, home={ax: 0})
     got = place(group, [State(list(ins), list(outs), 0 in ins)], ax, sf, m)
 
     def out_labels(k: int, s: int) -> list[int]:

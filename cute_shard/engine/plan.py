@@ -82,13 +82,7 @@ def make_plan(
     if type(rule) is ViewRule and rule.shape == shape and static and complex_view is not True:
         made, made_carry = rule.out_shape, rule.carry
         if made is not None and made_carry is not None:  # (recorded with ``shape``)
-            return Plan(
-                made_carry,
-                {},
-                Group.view(shape, made),
-                made,
-                -1,
-            )
+            return Plan(made_carry, {}, Group(shape, made), made, -1)
     scan = _Scan(shape, static)
     spec: Any  # (dispatched on ``type(spec)`` once per spec, which mypy does not narrow)
     for o, spec in enumerate(rule):
@@ -263,7 +257,7 @@ def _readings(rule: Sequence[DimSpec], complex_view: bool | None, scan: _Scan) -
     if (tag is ViewRule or scan.is_view) and scan.in_order and static:
         if not scan.ints:
             raise NotStatic
-        view = Group.view(shape, out)
+        view = Group(shape, out)
         carried = carry
     elif scan.grouped:
         carried, group_of = _groups(rule, shape, out, carry, -1)
@@ -389,11 +383,11 @@ def _groups(
             sizes = tuple(shape[d] for d in dims)
             axis = {d: i for i, d in enumerate(dims)}
             if dims[-1] == pair:  # complex elements: the (real, imag) pair is inside them
-                g = Group(sizes, axis, (sizes[0], 2), (o, -1), {dims[0]: o})
+                g = Group(sizes, (sizes[0], 2), axis=axis, out_dims=(o, -1), home={dims[0]: o})
                 group_of[dims[0]] = g  # (the pair itself no output dim may shard)
                 continue
             else:
-                g = Group(sizes, axis, (out[o],), (o,), dict.fromkeys(dims, o))
+                g = Group(sizes, (out[o],), axis=axis, out_dims=(o,), home=dict.fromkeys(dims, o))
         elif cls is Split:
             if spec.split_id:
                 continue
@@ -409,21 +403,22 @@ def _groups(
                     carried = dict(carry)
                 carried[dims[0]] = o  # view_as_real: the new (real, imag) dim is innermost
                 continue
-            g = Group(
+            g = Group(  # (a view of its dims: a shard's home is read from the flat index)
                 tuple(shape[d] for d in dims),
-                {d: i for i, d in enumerate(dims)},
                 tuple(pieces),
-                tuple(outs),
-                None,  # a view of its dims: a shard's home is read from the flat index
+                axis={d: i for i, d in enumerate(dims)},
+                out_dims=tuple(outs),
             )
         elif (cls is Repeat or cls is Broadcast) and type(
             inner := spec.input_dim if cls is Repeat else spec.dim
         ) is InputDim:
             d = inner.input_dim
             if cls is Repeat:  # the copies: a virtual outer axis every rank holds whole
-                g = Group((spec.times, shape[d]), {d: 1}, (out[o],), (o,), {d: o})
+                g = Group(
+                    (spec.times, shape[d]), (out[o],), axis={d: 1}, out_dims=(o,), home={d: o}
+                )
             else:
-                g = Group((shape[d],), {d: 0}, (out[o],), (o,), {d: o})
+                g = Group((shape[d],), (out[o],), axis={d: 0}, out_dims=(o,), home={d: o})
         else:
             continue
         for d in g.axis or ():

@@ -168,21 +168,18 @@ class Group:
     def __init__(
         self,
         in_sizes: tuple[Size, ...],
-        axis: dict[int, int] | None,
         out_sizes: tuple[Size, ...],
-        out_dims: tuple[int, ...] | None,
-        home: dict[int, int] | None,
+        axis: dict[int, int] | None = None,
+        out_dims: tuple[int, ...] | None = None,
+        home: dict[int, int] | None = None,
     ) -> None:
+        """``Group(in_sizes, out_sizes)`` is a view's one group: every input dim an axis,
+        every output dim an axis."""
         self.in_sizes = in_sizes
         self.axis = axis
         self.out_sizes = out_sizes
         self.out_dims = out_dims
         self.home = home
-
-    @classmethod
-    def view(cls, in_sizes: tuple[Size, ...], out_sizes: tuple[Size, ...]) -> Group:
-        """A view's one group: every input dim an axis, every output dim an axis."""
-        return cls(in_sizes, None, out_sizes, None, None)
 
     def in_axis(self, d: int) -> int:
         return d if self.axis is None else self.axis[d]
