@@ -32,13 +32,15 @@ Details = tuple[tuple[Blocked, ...], tuple[object, ...] | None, str | None]
 
 
 class RedistributionRequired(RuntimeError):
-    """A strict view (``view``, ``_unsafe_view``, ``squeeze``) would need communication.
+    """A strict view (``view``, ``squeeze``, ``squeeze_``) would need communication.
 
     ``blocked`` lists every mesh dim that would have to move; ``suggestion`` is the input
     placement list that would make the view valid without further communication;
     ``torch_words`` is the sentence torch's own propagator refuses the same view with on the
     installed release, or None where torch does not refuse it. The message ends with torch's
-    sentence, ``(in torch's words: ...)``, so code that matches torch's messages keeps working.
+    sentence, ``(in torch's words: ...)``, so code that matches torch's messages keeps working,
+    then the suggestion and ``note``: a sentence the caller adds about where the view was met
+    (the integration's, for a view met in the backward).
     All three are worked out when first read (``later``): a caller that only catches the error
     pays for none of them, and the engine stops deciding at the first mesh dim that must move.
     """
