@@ -192,7 +192,7 @@ def check_scaled(case: Case, rng: random.Random) -> None:
     plan = plan_redistribution(shape, case.mesh, src, dst, joint=case.joint)
     built = plan_module._build(shape, case.mesh, src, dst, case.joint)
     assert plan == built, f"{shape} on {case.mesh}: {src} -> {dst}: {plan} != {built}"
-    assert [d.runs for d in plan.dims] == [d.runs for d in built.dims], f"{shape}: runs"
+    assert [d.segments for d in plan.dims] == [d.segments for d in built.dims], f"{shape}: runs"
 
 
 def test_even_shapes_plan_as_their_unit_scaled() -> None:

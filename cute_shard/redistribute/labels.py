@@ -18,7 +18,9 @@ at each other's boundaries, so every **segment** carries both labellings. A *slo
 constraint, ``(side, mesh dim)`` with side ``SRC`` or ``DST``; a state of the redistribution
 is a set of slots per dim, and a rank holds the positions whose labels at those slots are its
 coordinates. Everything the planner asks (how many positions a rank holds, how many two
-states share) is a sum of segment lengths keyed by labels (``counts``).
+states share) is a count of positions keyed by labels (``counts``): one side's follow from its
+levels alone (``_tally``), and only a state holding both sides' slots sums segment lengths, so
+the segments are cut when first needed.
 
 Worked example: (12,) on mesh (3, 2), ``[R, S(0)] -> [S(0), _S(0, sf=2)]``::
 
@@ -248,24 +250,32 @@ def getter(at: Sequence[int]) -> Callable[[tuple[int, ...]], tuple[int, ...]]:
 @dataclass(slots=True, unsafe_hash=True)
 class DimLabels:
     """One tensor dim of a redistribution: its size, the slots that constrain it (source mesh
-    dims sharding it, then target ones) and its segments ``(start, stop, labels)``, the labels
-    aligned with ``slots``. A value: nothing assigns to its fields after construction (not
-    frozen only because a frozen dataclass is several times slower to make, and one is made
-    per tensor dim of every plan)."""
+    dims sharding it, then target ones) and the ``(mesh size, split factor)`` levels of each
+    side, which decide everything else. Its segments ``(start, stop, labels)`` (the labels
+    aligned with ``slots``) are cut when first asked for: the planner mostly asks only how
+    many positions carry each label, and one side's counts follow from the levels alone
+    (``_tally``), so a plan that never executes never cuts a dim that only one side shards.
+    A value: nothing assigns to its fields after construction (not frozen only because a
+    frozen dataclass is several times slower to make, and one is made per tensor dim of
+    every plan)."""
 
     size: int
     slots: tuple[Slot, ...]
-    segments: tuple[tuple[int, int, tuple[int, ...]], ...]
     source: tuple[Slot, ...] = ()  # the slots of ``SRC``: a rank's part in the source
     target: tuple[Slot, ...] = ()  # the slots of ``DST``: its part in the target
-    # The source's and the target's own runs (``dim_runs``), where the dim has both: a rank's
-    # part in either, without projecting the segments.
-    runs: tuple[tuple[Run, ...], tuple[Run, ...]] | None = field(
-        default=None, compare=False, repr=False
-    )
-    # Pure results computed from the fields above, keyed by their arguments (at most one
-    # entry per subset of ``slots``, so bounded); not part of the value.
+    levels: tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int], ...]] = ((), ())
+    # Pure results computed from the fields above, keyed by their arguments (the segments,
+    # and at most one entry per subset of ``slots``, so bounded); not part of the value.
     _memo: dict[object, object] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def segments(self) -> tuple[tuple[int, int, tuple[int, ...]], ...]:
+        """The source's and the target's runs (``dim_runs``) cut at each other's boundaries:
+        every position once, with both labellings."""
+        memo = self._memo.get(None)
+        if memo is None:
+            memo = self._memo[None] = _segments(self.size, *self.levels)
+        return memo  # type: ignore[return-value]
 
     def index(self, slots: Sequence[Slot]) -> tuple[int, ...]:
         """Where each of ``slots`` sits in this dim's labels."""
@@ -276,12 +286,12 @@ class DimLabels:
         length of a rank's part of this dim in a state constrained by exactly ``slots``."""
         memo = self._memo.get(slots)
         if memo is None:
-            if slots == self.slots:  # one pass over the segments
+            if slots == self.source:  # one side's: from its levels alone
+                out = _tally(self.size, self.levels[0])
+            elif slots == self.target:
+                out = _tally(self.size, self.levels[1])
+            elif slots == self.slots:  # both sides': one pass over the segments
                 out = _lengths(self.segments)
-            elif self.runs is not None and slots == self.source:
-                out = _lengths(self.runs[0])
-            elif self.runs is not None and slots == self.target:
-                out = _lengths(self.runs[1])
             else:  # a projection of the segments: one entry per combination, not per run
                 get = getter(self.index(slots))
                 full = self.counts(self.slots)
@@ -368,12 +378,11 @@ class DimLabels:
         of a size on which every torch.chunk is exact, at a multiple of it (``k >= 1``)."""
         if k == 1:
             return self
-        segments = _times(self.segments, k)
-        runs = self.runs
-        if runs is not None:
-            a, b = runs
-            runs = (_times(a, k), _times(b, k)) if a is not b else (_times(a, k),) * 2
-        return DimLabels(self.size * k, self.slots, segments, self.source, self.target, runs)
+        out = DimLabels(self.size * k, self.slots, self.source, self.target, self.levels)
+        segments = self._memo.get(None)
+        if segments is not None:  # cut already: the cuts k times further along
+            out._memo[None] = _times(segments, k)  # type: ignore[arg-type]
+        return out
 
     def positions(
         self, slots: tuple[Slot, ...], key: tuple[int, ...]
@@ -422,22 +431,26 @@ def dim_labels(
     src: tuple[tuple[int, int, int], ...],
     dst: tuple[tuple[int, int, int], ...],
 ) -> DimLabels:
-    """The source's and target's runs of a dim of size ``n`` cut at each other's boundaries.
-    ``src`` and ``dst`` list ``(mesh dim, mesh size, split factor)`` for the mesh dims
-    sharding the dim, in mesh-dim order."""
-    if not src and not dst:
-        return DimLabels(n, (), ((0, n, ()),) if n else ())
+    """The labels of a dim of size ``n``: ``src`` and ``dst`` list ``(mesh dim, mesh size,
+    split factor)`` for the mesh dims sharding the dim, in mesh-dim order."""
     source, src_levels = side(src, SRC)
     target, dst_levels = side(dst, DST)
-    slots = source + target
+    return DimLabels(n, source + target, source, target, (src_levels, dst_levels))
+
+
+def _segments(
+    n: int, src: tuple[tuple[int, int], ...], dst: tuple[tuple[int, int], ...]
+) -> tuple[tuple[int, int, tuple[int, ...]], ...]:
+    """The runs of both sides' levels (``dim_runs``) cut at each other's boundaries, each
+    segment labelled with the source's owners, then the target's."""
     if not dst:
-        return DimLabels(n, slots, dim_runs(n, src_levels), source)
-    b = dim_runs(n, dst_levels)
+        return dim_runs(n, src)
+    b = dim_runs(n, dst)
     if not src:
-        return DimLabels(n, slots, b, (), target)
-    a = dim_runs(n, src_levels)
+        return b
+    a = dim_runs(n, src)
     if a is b:  # the same levels: the same cuts, each run once
-        return DimLabels(n, slots, tuple([(x, y, c + c) for x, y, c in a]), source, target, (a, b))
+        return tuple([(x, y, c + c) for x, y, c in a])
     # Cut at both runs' starts; each segment carries the labels of the runs holding it.
     starts_a, starts_b = list(map(_START, a)), list(map(_START, b))
     cuts = sorted({*starts_a, *starts_b})
@@ -459,4 +472,39 @@ def dim_labels(
             else:
                 merged.append(seg)
         segments = merged
-    return DimLabels(n, slots, tuple(segments), source, target, (a, b))
+    return tuple(segments)
+
+
+def _tally(n: int, levels: tuple[tuple[int, int], ...]) -> dict[tuple[int, ...], int]:
+    """For each label of ``dim_runs(n, levels)``, how many positions carry it, without the
+    runs: a level cuts each rank's local positions by their count alone (torch.chunk into
+    ``sf`` pieces, each into M parts), so a label's count is its parent's cut, level by
+    level, and the cost is the number of labels, not of runs. Labels no position carries
+    are left out, as the runs have none.
+
+    >>> _tally(12, ((3, 1), (2, 2)))    # thirds of 4, each two pieces of 2 cut in halves
+    {(0, 0): 2, (0, 1): 2, (1, 0): 2, (1, 1): 2, (2, 0): 2, (2, 1): 2}
+    """
+    out: dict[tuple[int, ...], int] = {(): n} if n else {}
+    for size, split_factor in levels:
+        shares: dict[int, list[int]] = {}  # each count's cut: labels often share counts
+        nxt: dict[tuple[int, ...], int] = {}
+        for label, length in out.items():
+            cut = shares.get(length)
+            if cut is None:
+                piece = chunk_size(length, split_factor)
+                full = length // piece
+                cut = [full * (b - a) for a, b in chunk(piece, size)]
+                tail = length - full * piece
+                if tail:
+                    cut = list(map(operator.add, cut, itertools.starmap(_span, chunk(tail, size))))
+                shares[length] = cut
+            for c, k in enumerate(cut):
+                if k:
+                    nxt[(*label, c)] = k
+        out = nxt
+    return out
+
+
+def _span(a: int, b: int) -> int:
+    return b - a

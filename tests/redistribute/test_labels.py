@@ -11,7 +11,9 @@ the oracle and to the layout algebra.
 - "a mesh dim whose gpu sub-mode is the same in source and target moves nothing": for even
   pairs, a mesh dim (size > 1) has no move in the plan exactly when its gpu sub-mode layout
   (tensor dim, leaves' sizes and strides) is the same in both.
-- ``DimLabels`` (``counts``, ``local_ranges``) on the design brief's example.
+- ``DimLabels`` (``counts``, ``local_ranges``) on the design brief's example; one side's
+  counts, which it reads off the levels without cutting runs, against the oracle on the
+  grid above.
 """
 
 from __future__ import annotations
@@ -47,10 +49,18 @@ def _check_runs(n: int, levels: tuple[tuple[int, int], ...]) -> None:
     assert all(x[2] != y[2] for x, y in itertools.pairwise(runs))
     mesh = tuple(size for size, _ in levels)
     placements = [_placement(sf) for _, sf in levels]
+    # one side's counts, which ``DimLabels`` reads off the levels without the runs: each
+    # coordinate's count of local positions, on either side, and no label without positions
+    stack = tuple((m, size, sf) for m, (size, sf) in enumerate(levels))
+    source, target = dim_labels(n, stack, ()), dim_labels(n, (), stack)
+    counts = source.counts(source.slots)
+    assert target.counts(target.slots) == counts
+    assert 0 not in counts.values()
     for coord in itertools.product(*(range(size) for size in mesh)):
         mine = [p for a, b, lab in runs if lab == coord for p in range(a, b)]
         (want,) = oracle.local_indices((n,), placements, mesh, coord)
         assert mine == want.tolist(), f"n={n} levels={levels} coord={coord}"
+        assert counts.get(coord, 0) == len(want), f"n={n} levels={levels} coord={coord}"
 
 
 @pytest.mark.parametrize("n", range(14))

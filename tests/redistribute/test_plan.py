@@ -493,6 +493,6 @@ def test_an_even_shape_plans_as_its_unit_scaled(
     plan = run(case)
     built = plan_mod._build(shape, mesh, plan.src, plan.dst, True)
     assert plan == built
-    assert [d.runs for d in plan.dims] == [d.runs for d in built.dims]
+    assert [d.segments for d in plan.dims] == [d.segments for d in built.dims]
     assert plan.shape != plan_mod._units(plan.src, plan.dst, mesh, len(shape))
     assert plan.received == physical_limit(plan)
