@@ -43,7 +43,7 @@ import operator
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from ..chunks import chunk_size
+from ..chunks import chunk_lens, chunk_size
 
 __all__ = [
     "DST",
@@ -477,10 +477,10 @@ def _segments(
 
 def _tally(n: int, levels: tuple[tuple[int, int], ...]) -> dict[tuple[int, ...], int]:
     """For each label of ``dim_runs(n, levels)``, how many positions carry it, without the
-    runs: a level cuts each rank's local positions by their count alone (torch.chunk into
-    ``sf`` pieces, each into M parts), so a label's count is its parent's cut, level by
-    level, and the cost is the number of labels, not of runs. Labels no position carries
-    are left out, as the runs have none.
+    runs: a level cuts each rank's local positions by their count alone (the chunk model's
+    ``chunk_lens``), so a label's count is its parent's cut, level by level, and the cost is
+    the number of labels, not of runs. Labels no position carries are left out, as the runs
+    have none.
 
     >>> _tally(12, ((3, 1), (2, 2)))    # thirds of 4, each two pieces of 2 cut in halves
     {(0, 0): 2, (0, 1): 2, (1, 0): 2, (1, 1): 2, (2, 0): 2, (2, 1): 2}
@@ -492,19 +492,9 @@ def _tally(n: int, levels: tuple[tuple[int, int], ...]) -> dict[tuple[int, ...],
         for label, length in out.items():
             cut = shares.get(length)
             if cut is None:
-                piece = chunk_size(length, split_factor)
-                full = length // piece
-                cut = [full * (b - a) for a, b in chunk(piece, size)]
-                tail = length - full * piece
-                if tail:
-                    cut = list(map(operator.add, cut, itertools.starmap(_span, chunk(tail, size))))
-                shares[length] = cut
+                cut = shares[length] = chunk_lens(length, split_factor, size)
             for c, k in enumerate(cut):
                 if k:
                     nxt[(*label, c)] = k
         out = nxt
     return out
-
-
-def _span(a: int, b: int) -> int:
-    return b - a
