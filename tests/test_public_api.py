@@ -101,7 +101,9 @@ def test_py_typed_is_shipped() -> None:
     assert files("cute_shard").joinpath("py.typed").is_file()
 
 
-@pytest.mark.parametrize("module", ["cute_shard.notation", "cute_shard.ownership"])
+@pytest.mark.parametrize(
+    "module", ["cute_shard.notation", "cute_shard.ownership", "cute_shard.redistribute.labels"]
+)
 def test_docstring_examples_run(module: str) -> None:
     import doctest
     import importlib
