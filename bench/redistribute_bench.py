@@ -736,7 +736,7 @@ def clear_ours() -> None:
 
 #: The planner's tables of placement lists (see ``clear_ours``).
 PLACEMENT_TABLES = (
-    (ours_plan, ("_checked", "_levels", "_kinds", "_skeleton", "_units", "_unit_plan")),
+    (ours_plan, ("_checked", "_pair")),
     (ours_labels, ("side",)),
 )
 

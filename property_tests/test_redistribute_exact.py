@@ -27,7 +27,7 @@ of the global tensor, with the source's pending reductions carried out exactly o
 
 Beside them, ``test_even_shapes_plan_as_their_unit_scaled`` (2,000 seeded cases, and a
 hypothesis twin): the same placements on shapes whose every dim is a multiple of its unit
-(``plan._units``), where a plan is the unit plan scaled; it must equal, field by field, the
+(``plan._Pair.units``), where a plan is the unit plan scaled; it must equal, field by field, the
 plan built for the shape itself. (Tiers 1 and 2 run such scaled plans on every rank too: a
 small even shape plans through its unit.)
 
@@ -182,15 +182,15 @@ EVEN_CASES = 2000
 
 def check_scaled(case: Case, rng: random.Random) -> None:
     """The case's placements on a shape whose every dim is a multiple of its unit
-    (``plan._units``: every torch.chunk exact): the plan, read off the unit plan, equals in
+    (``plan._Pair.units``: every torch.chunk exact): the plan, read off the unit plan, equals in
     every field (each dim's cuts and runs too) the plan built for that shape itself."""
     ndim = len(case.shape)
     src = check_placements(case.src, ndim, case.mesh, "source")
     dst = check_placements(case.dst, ndim, case.mesh, "target")
-    units = plan_module._units(src, dst, case.mesh, ndim)
-    shape = tuple(u * rng.choice((1, 1, 2, 3, 5)) for u in units)
+    pair = plan_module._pair(src, dst, case.mesh, ndim)
+    shape = tuple(u * rng.choice((1, 1, 2, 3, 5)) for u in pair.units)
     plan = plan_redistribution(shape, case.mesh, src, dst, joint=case.joint)
-    built = plan_module._build(shape, case.mesh, src, dst, case.joint)
+    built = plan_module._build(shape, pair, case.joint)
     assert plan == built, f"{shape} on {case.mesh}: {src} -> {dst}: {plan} != {built}"
     assert [d.segments for d in plan.dims] == [d.segments for d in built.dims], f"{shape}: runs"
 

@@ -23,11 +23,12 @@ constraints S already satisfies), the total is ``|T| - |T ∩ S|``: exactly what
 Two exchanges in a row would not be (the second would re-send what the first brought), which
 is why the exchanges are one step.
 
-An even shape plans once per pair of placement lists. At a dim's *unit* (``_units``) every
-torch.chunk of both shardings is exact, and at any multiple of it every cut and every rank's
-count of elements is the unit's scaled; so the plan of a shape that is a multiple of its
-units dim by dim is the unit shape's plan (a table of placement pairs) with its counts scaled
-(``_scaled``). A new even sequence length costs a lookup and a product; other shapes are built.
+An even shape plans once per pair of placement lists. At a dim's *unit* (``_Pair.units``)
+every torch.chunk of both shardings is exact, and at any multiple of it every cut and every
+rank's count of elements is the unit's scaled; so the plan of a shape that is a multiple of
+its units dim by dim is the unit shape's plan (kept with the pair's other tables, ``_pair``)
+with its counts scaled (``_scaled``). A new even sequence length costs a lookup and a product;
+other shapes are built.
 
 The exchange is one collective over several mesh dims when the caller has a process group for
 them (``joint=True``; the DTensor integration asks the mesh); without one, it moves one mesh
@@ -205,46 +206,73 @@ def _plan(
     dst: tuple[PlacementSpec, ...],
     joint: bool,
 ) -> Plan:
-    """The plan, once per shape: an even shape's is its unit plan scaled (``_units``), any
-    other's is built."""
-    if all(map(_multiple, shape, _units(src, dst, mesh, len(shape)))):
-        return _scaled(_unit_plan(src, dst, mesh, len(shape), joint), shape)
-    return _build(shape, mesh, src, dst, joint)
+    """The plan, once per shape: an even shape's is its unit plan scaled (``_Pair.units``),
+    any other's is built."""
+    pair = _pair(src, dst, mesh, len(shape))
+    if all(map(_multiple, shape, pair.units)):
+        return _scaled(pair.unit_plan(joint), shape)
+    return _build(shape, pair, joint)
 
 
 def _multiple(n: int, unit: int) -> bool:
     return n > 0 and n % unit == 0
 
 
-@functools.lru_cache(maxsize=1024)  # a table of placement-list pairs, as ``_checked``
-def _unit_plan(
-    src: tuple[PlacementSpec, ...],
-    dst: tuple[PlacementSpec, ...],
-    mesh: tuple[int, ...],
-    ndim: int,
-    joint: bool,
-) -> Plan:
-    """The plan of the unit shape (``_units``), which every even shape's plan scales."""
-    return _build(_units(src, dst, mesh, ndim), mesh, src, dst, joint)
+class _Pair:
+    """What a pair of placement lists on a mesh decides for every tensor of ``ndim`` dims,
+    whatever its sizes: each tensor dim's levels on both sides, what each mesh dim does, the
+    units, and (filled as the sizes ask for them) the plan's shapes and the unit plans. One
+    table entry per pair (``_pair``): a program has a few dozen, and a plan looks its pair
+    up once.
 
-
-@functools.lru_cache(maxsize=1024)  # a table of placement-list pairs, as ``_checked``
-def _units(
-    src: tuple[PlacementSpec, ...], dst: tuple[PlacementSpec, ...], mesh: tuple[int, ...], ndim: int
-) -> tuple[int, ...]:
-    """Per tensor dim, its *unit*: the least size on which every torch.chunk of both
-    shardings is exact. A level ``(M, sf)`` after mesh dims of sizes ``M_1 .. M_k`` on the
-    dim chunks each rank's ``n / (M_1 ... M_k)`` positions into ``sf`` pieces of ``M`` parts,
-    so it is exact iff ``M_1 ... M_k * M * sf`` divides n; the unit is the lcm over levels.
-
-    Post: for n a positive multiple of the unit, every cut of ``dim_runs(n, levels)`` is
-    the unit's scaled by ``n // unit``; so is each rank's count of elements in any state,
-    and the plan of such a shape is the unit shape's with its counts scaled (``_scaled``).
+    ``units``: per tensor dim, the least size on which every torch.chunk of both shardings
+    is exact. A level ``(M, sf)`` after mesh dims of sizes ``M_1 .. M_k`` on the dim chunks
+    each rank's ``n / (M_1 ... M_k)`` positions into ``sf`` pieces of ``M`` parts, so it is
+    exact iff ``M_1 ... M_k * M * sf`` divides n; the unit is the lcm over levels.
+    Post: for n a positive multiple of the unit, every cut of ``dim_runs(n, levels)`` is the
+    unit's scaled by ``n // unit``; so is each rank's count of elements in any state, and the
+    plan of such a shape is the unit shape's with its counts scaled (``_scaled``).
     Example: ``[S0, R, SS0:18] -> [S0, S0, S1]`` on mesh (2, 2, 2): d0's units are lcm(2,
-    4 * 18) = 72 (source) and 4 (target), so 72; d1, sharded by the target's m2 alone, 2."""
-    return tuple(
-        map(math.lcm, map(_unit, _levels(src, mesh, ndim)), map(_unit, _levels(dst, mesh, ndim)))
-    )
+    4 * 18) = 72 (source) and 4 (target), so 72; d1, sharded by the target's m2 alone, 2.
+    """
+
+    __slots__ = ("_shapes", "_unit_plans", "dst", "kinds", "levels", "mesh", "src", "units")
+
+    def __init__(
+        self,
+        src: tuple[PlacementSpec, ...],
+        dst: tuple[PlacementSpec, ...],
+        mesh: tuple[int, ...],
+        ndim: int,
+    ) -> None:
+        self.src, self.dst, self.mesh = src, dst, mesh
+        self.levels = (_levels(src, mesh, ndim), _levels(dst, mesh, ndim))
+        self.kinds = _kinds(src, dst, mesh)
+        self.units = tuple(map(math.lcm, map(_unit, self.levels[0]), map(_unit, self.levels[1])))
+        self._shapes: dict[tuple[tuple[int, ...], bool], _Shape] = {}
+        self._unit_plans: dict[bool, Plan] = {}
+
+    def shape(self, keep: tuple[int, ...], joint: bool) -> _Shape:
+        """The plan's shape (``_skeleton``), the same-dim mesh dims in ``keep`` keeping their
+        owners: it depends on the sizes only through ``keep``."""
+        out = self._shapes.get((keep, joint))
+        if out is None:
+            out = self._shapes[keep, joint] = _skeleton(self, keep, joint)
+        return out
+
+    def unit_plan(self, joint: bool) -> Plan:
+        """The plan of the unit shape, which every even shape's plan scales."""
+        out = self._unit_plans.get(joint)
+        if out is None:
+            out = self._unit_plans[joint] = _build(self.units, self, joint)
+        return out
+
+
+@functools.lru_cache(maxsize=1024)  # a table of placement-list pairs, as ``_checked``
+def _pair(
+    src: tuple[PlacementSpec, ...], dst: tuple[PlacementSpec, ...], mesh: tuple[int, ...], ndim: int
+) -> _Pair:
+    return _Pair(src, dst, mesh, ndim)
 
 
 def _unit(levels: tuple[tuple[int, int, int], ...]) -> int:
@@ -256,7 +284,7 @@ def _unit(levels: tuple[tuple[int, int, int], ...]) -> int:
 
 
 def _scaled(unit: Plan, shape: tuple[int, ...]) -> Plan:
-    """The plan of ``shape``, a multiple of ``unit``'s shape dim by dim (``_units``' Post):
+    """The plan of ``shape``, a multiple of ``unit``'s shape dim by dim (``_Pair.units``):
     the unit's steps, states and peers, every dim's cuts scaled by its factor, every count
     of elements by their product."""
     if shape == unit.shape:
@@ -270,21 +298,14 @@ def _scaled(unit: Plan, shape: tuple[int, ...]) -> Plan:
     )
 
 
-def _build(
-    shape: tuple[int, ...],
-    mesh: tuple[int, ...],
-    src: tuple[PlacementSpec, ...],
-    dst: tuple[PlacementSpec, ...],
-    joint: bool,
-) -> Plan:
-    """The plan, built from each dim's labels and the plan's shape (``_skeleton``)."""
-    ndim = len(shape)
-    src_levels, dst_levels = _levels(src, mesh, ndim), _levels(dst, mesh, ndim)
-    dims = tuple(map(dim_labels, shape, src_levels, dst_levels))
+def _build(shape: tuple[int, ...], pair: _Pair, joint: bool) -> Plan:
+    """The plan, built from each dim's labels and the plan's shape (``_Pair.shape``)."""
+    src, mesh = pair.src, pair.mesh
+    dims = tuple(map(dim_labels, shape, *pair.levels))
     # which shards of one dim to another of the same dim keep their owners: that alone
     # depends on the sizes; the rest of the plan's shape is a table of the placements
-    keep = tuple([m for m in _kinds(src, dst, mesh).same_dim if _same_owner(dims[src[m].dim], m)])
-    shape_of = _skeleton(src, dst, mesh, ndim, keep, joint)
+    keep = tuple([m for m in pair.kinds.same_dim if _same_owner(dims[src[m].dim], m)])
+    shape_of = pair.shape(keep, joint)
     builder = _Builder(dims, mesh_ranks(mesh), shape_of.start)
     for bone in shape_of.bones:
         if bone.kind is Kind.ALL_TO_ALL and shape_of.split:
@@ -296,7 +317,7 @@ def _build(
         shape,
         mesh,
         src,
-        dst,
+        pair.dst,
         dims,
         shape_of.start,
         shape_of.final,
@@ -344,21 +365,14 @@ class _Shape(NamedTuple):
     exchanges: tuple[int, ...]
 
 
-@functools.lru_cache(maxsize=1024)  # a table of placement-list pairs, as ``_checked``
-def _skeleton(
-    src: tuple[PlacementSpec, ...],
-    dst: tuple[PlacementSpec, ...],
-    mesh: tuple[int, ...],
-    ndim: int,
-    keep: tuple[int, ...],
-    joint: bool,
-) -> _Shape:
-    """The plan's steps and states for these placements, the same-dim mesh dims in ``keep``
-    keeping their owners: they depend on the sizes only through ``keep``."""
+def _skeleton(pair: _Pair, keep: tuple[int, ...], joint: bool) -> _Shape:
+    """The plan's steps and states for the pair's placements, the same-dim mesh dims in
+    ``keep`` keeping their owners: they depend on the sizes only through ``keep``."""
+    src, dst = pair.src, pair.dst
     # The mesh dims of each kind of step, in the order the plan takes them (mesh order).
     chunks, scatters, reduces, exchange, gathers, partitions = [], [], [], [], [], []
     moves = []
-    for m, kind in _kinds(src, dst, mesh).moves:
+    for m, kind in pair.kinds.moves:
         if kind is Kind.ALL_TO_ALL:
             if m in keep:
                 continue  # the same sub-mode, read two ways
@@ -378,8 +392,8 @@ def _skeleton(
                 gathers.append(m)
             partitions.append(m)
         moves.append((m, kind))
-    start = tuple([side(levels, SRC)[0] for levels in _levels(src, mesh, ndim)])
-    final = tuple([side(levels, DST)[0] for levels in _levels(dst, mesh, ndim)])
+    start = tuple([side(levels, SRC)[0] for levels in pair.levels[0]])
+    final = tuple([side(levels, DST)[0] for levels in pair.levels[1]])
     slots = tuple(map(operator.add, start, final))  # every dim's, as its DimLabels has them
     # The steps in the order the plan takes them: (kind, mesh dims, slots added, dropped, op).
     # Reduce-scatters before all-reduces: each one shrinks what the later reductions move.
@@ -478,7 +492,6 @@ def physical_limit(plan: Plan) -> int:
     return _most(_minus(need, held, ranks))
 
 
-@functools.lru_cache(maxsize=1024)  # a table of placement lists, as ``_checked``
 def _levels(
     ps: tuple[PlacementSpec, ...], mesh: tuple[int, ...], ndim: int
 ) -> tuple[tuple[tuple[int, int, int], ...], ...]:
@@ -491,7 +504,6 @@ def _levels(
     return tuple(out)
 
 
-@functools.lru_cache(maxsize=1024)  # a table of placement-list pairs, as ``_checked``
 def _kinds(
     src: tuple[PlacementSpec, ...], dst: tuple[PlacementSpec, ...], mesh: tuple[int, ...]
 ) -> _Kinds:

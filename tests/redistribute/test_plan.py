@@ -456,13 +456,14 @@ def test_partial_product_kept_and_reduced() -> None:
 def test_units_cut_exactly_and_scale(
     mesh: tuple[int, ...], src: str, dst: str, units: tuple[int, ...]
 ) -> None:
-    """``_units``' Post on the runs: at a dim's unit every rank of each sharding holds as
+    """``_Pair.units``' Post on the runs: at a dim's unit every rank of each sharding holds as
     many positions as every other, and at a multiple of it the runs are the unit's scaled."""
     s, t = parse_placements(src, 2, mesh), parse_placements(dst, 2, mesh)
     s, t = check_placements(s, 2, mesh, "source"), check_placements(t, 2, mesh, "target")
-    assert plan_mod._units(s, t, mesh, 2) == units
+    pair = plan_mod._pair(s, t, mesh, 2)
+    assert pair.units == units
     for d, unit in enumerate(units):
-        for side in (plan_mod._levels(s, mesh, 2)[d], plan_mod._levels(t, mesh, 2)[d]):
+        for side in (pair.levels[0][d], pair.levels[1][d]):
             levels = tuple(lv[1:] for lv in side)
             held = collections.Counter[tuple[int, ...]]()
             for a, b, label in dim_runs(unit, levels):
@@ -486,13 +487,14 @@ def test_units_cut_exactly_and_scale(
 def test_an_even_shape_plans_as_its_unit_scaled(
     shape: tuple[int, ...], mesh: tuple[int, ...], src: str, dst: str
 ) -> None:
-    """``_units``' Post: the plan of a multiple of the units is the unit plan with every cut
+    """``_Pair.units``' Post: the plan of a multiple of the units is the unit plan with every cut
     and count scaled, equal in every field to the plan built for the shape itself, and it
     moves every rank's data exactly."""
     case = Case.parse(shape, mesh, src, dst)
     plan = run(case)
-    built = plan_mod._build(shape, mesh, plan.src, plan.dst, True)
+    pair = plan_mod._pair(plan.src, plan.dst, mesh, len(shape))
+    built = plan_mod._build(shape, pair, True)
     assert plan == built
     assert [d.segments for d in plan.dims] == [d.segments for d in built.dims]
-    assert plan.shape != plan_mod._units(plan.src, plan.dst, mesh, len(shape))
+    assert plan.shape != pair.units
     assert plan.received == physical_limit(plan)
