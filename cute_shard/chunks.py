@@ -83,10 +83,15 @@ def chunking(n: int, parts: int) -> Chunking:
     if n < 0 or parts < 1:
         raise ValueError(f"chunking: expected n >= 0 rows and parts >= 1, got n={n}, parts={parts}")
     if not n:
-        return Chunking(0, 0, 0)
+        return _NONE
     size = chunk_size(n, parts)
-    full, last = divmod(n, size)
-    return Chunking(size, full, last)
+    return _make(Chunking, (size, *divmod(n, size)))
+
+
+_NONE = Chunking(0, 0, 0)
+# (a named tuple's own constructor is a Python function; ``tuple.__new__`` makes the same
+# value in C)
+_make = tuple.__new__
 
 
 def chunk_lens(length: int, sf: int, m: int) -> list[int]:
