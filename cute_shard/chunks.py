@@ -105,6 +105,8 @@ def chunk_lens(length: int, sf: int, m: int) -> list[int]:
     [4, 4, 4]
     """
     _check(length, sf, m)
+    if sf == 1:  # a Shard, the common case (the planners' counts): one piece
+        return chunking(length, m).lengths(m)
     pieces = chunking(length, sf)
     # every full piece is chunked alike: its chunk lengths, ``pieces.full`` times over
     out = [pieces.full * n for n in chunking(pieces.size, m).lengths(m)]
