@@ -252,7 +252,7 @@ class _Pair:
         self._shapes: dict[tuple[tuple[int, ...], bool], _Shape] = {}
         self._unit_plans: dict[bool, Plan] = {}
 
-    def shape(self, keep: tuple[int, ...], joint: bool) -> _Shape:
+    def skeleton(self, keep: tuple[int, ...], joint: bool) -> _Shape:
         """The plan's shape (``_skeleton``), the same-dim mesh dims in ``keep`` keeping their
         owners: it depends on the sizes only through ``keep``."""
         out = self._shapes.get((keep, joint))
@@ -299,13 +299,13 @@ def _scaled(unit: Plan, shape: tuple[int, ...]) -> Plan:
 
 
 def _build(shape: tuple[int, ...], pair: _Pair, joint: bool) -> Plan:
-    """The plan, built from each dim's labels and the plan's shape (``_Pair.shape``)."""
+    """The plan, built from each dim's labels and the plan's shape (``_Pair.skeleton``)."""
     src, mesh = pair.src, pair.mesh
     dims = tuple(map(dim_labels, shape, *pair.levels))
     # which shards of one dim to another of the same dim keep their owners: that alone
     # depends on the sizes; the rest of the plan's shape is a table of the placements
     keep = tuple([m for m in pair.kinds.same_dim if _same_owner(dims[src[m].dim], m)])
-    shape_of = pair.shape(keep, joint)
+    shape_of = pair.skeleton(keep, joint)
     builder = _Builder(dims, mesh_ranks(mesh), shape_of.start)
     for bone in shape_of.bones:
         if bone.kind is Kind.ALL_TO_ALL and shape_of.split:
