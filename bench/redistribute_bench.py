@@ -31,7 +31,11 @@ Three suites (``python -m bench --suite redistribute`` runs all three):
   view's output as op strategies price it), **greedy** (plain and stacked shards), and
   **none** (a ``_StridedShard`` read as from_local: torch prices it infinite without
   planning). Also warm (cached) prices, and the plan alone (``plan_redistribution`` against
-  torch's ``_gen_transform_infos_non_cached``), cold.
+  torch's ``_gen_transform_infos_non_cached``), cold. Cold plan + price is also timed **back
+  to back** (each side's calls on every case in a row, the side that goes first alternating
+  by round), as an op's strategies price many pairs in a row: interleaved, each of our calls
+  runs right after torch's graph search, which leaves our code and tables to be read back
+  from memory.
 - **redistribute-fsdp**: the FSDP2 + TP weight ``[_S(0, 4), S(0)] <-> [S(0), S(0)]`` on
   (2, 4) at a realistic size, both ways: bytes against the limit, the collectives, ours
   checked against the oracle (the suite raises if it differs).
@@ -715,6 +719,7 @@ GREEDY = "greedy"
 NONE = "none (from_local specs: torch prices inf)"
 GROUPS = (GRAPH, GREEDY, NONE)
 FIRST_SIGHT = "plan + price, first sight"
+BACK_TO_BACK = "plan + price, back to back"
 
 
 def clear_ours() -> None:
@@ -844,23 +849,31 @@ def time_cold(
     theirs: Side,
     rounds: int,
     clear: Callable[[], None] = clear_ours,
+    back_to_back: bool = False,
 ) -> list[CaseTime]:
-    """Per case, ours and torch's µs over ``rounds``, each call cold (ours after ``clear``);
-    the side that goes first alternates by case and round."""
+    """Per case, ours and torch's µs over ``rounds``, each call cold (ours after ``clear``).
+
+    Interleaved (the default), the sides alternate call by call, the side that goes first
+    alternating by case and round: each of our calls runs right after one of torch's, whose
+    graph search reads megabytes and leaves our code and tables to be read back from memory.
+    ``back_to_back``: each round runs one side's calls on every case, then the other's (the
+    side that goes first alternating by round), as an op's strategies price many pairs in a
+    row (a ``bmm`` on a (2, 4) mesh prices 160) and as a program runs with one planner."""
     import gc
 
     samples: list[tuple[list[float], list[float]]] = [([], []) for _ in cases]
+    sides = ((0, ours, clear), (1, theirs, clear_torch))
     for r in range(rounds):
         gc.disable()
         try:
+            if back_to_back:
+                for k, fn, cleared in sides if r % 2 else sides[::-1]:
+                    for i, s in enumerate(cases):
+                        samples[i][k].append(_cold(fn, s, cleared))
+                continue
             for i, s in enumerate(cases):
-                o, t = samples[i]
-                if (r + i) % 2:
-                    o.append(_cold(ours, s, clear))
-                    t.append(_cold(theirs, s, clear_torch))
-                else:
-                    t.append(_cold(theirs, s, clear_torch))
-                    o.append(_cold(ours, s, clear))
+                for k, fn, cleared in sides if (r + i) % 2 else sides[::-1]:
+                    samples[i][k].append(_cold(fn, s, cleared))
         finally:
             gc.enable()
     return [
@@ -987,6 +1000,9 @@ def run_planning(
             rows.append(
                 PlanningRow(**{**asdict(row), "warm_ours_us": warm[0], "warm_torch_us": warm[1]})
             )
+            if group != NONE:
+                together = time_cold(chosen, _ours_cost, _torch_cost, rounds, back_to_back=True)
+                rows.append(_row(BACK_TO_BACK, group, chosen, together))
             slow += [
                 f"{s.case} ({group}): median {c.ours:.0f} µs, fastest round {c.ours_min:.0f} µs"
                 for s, c in zip(chosen, times, strict=True)
@@ -1052,7 +1068,9 @@ def planning_table(rows: Sequence[PlanningRow], rounds: int, dropped: Sequence[s
         "over cases; x = torch / ours (total: of the sums; worst: the smallest per-case x); "
         "slowest: each side's slowest case, with the x there; warm: mean µs per cached call; "
         "ours >1ms: cases whose median is above 1 ms (in brackets: above 1 ms in every round). "
-        "plan alone: plan_redistribution vs torch's _gen_transform_infos_non_cached",
+        "plan alone: plan_redistribution vs torch's _gen_transform_infos_non_cached. Rows are "
+        "interleaved call by call (each of our calls right after one of torch's) but back to "
+        "back: each side's calls on every case in a row, the sides alternating by round",
         table(body, header),
     ]
     for r in rows:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+from types import SimpleNamespace
 
 import pytest
 
@@ -118,7 +119,42 @@ def test_redistribute_planning_runs_and_reports(capsys: pytest.CaptureFixture[st
     assert ("plan + price", redistribute_bench.GRAPH) in groups
     assert ("plan alone", redistribute_bench.GRAPH) in groups
     assert (redistribute_bench.FIRST_SIGHT, redistribute_bench.GRAPH) in groups
+    assert (redistribute_bench.BACK_TO_BACK, redistribute_bench.GRAPH) in groups
     assert "redistribute-planning" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("back_to_back", [False, True])
+def test_cold_timing_orders_the_sides(back_to_back: bool) -> None:
+    """Interleaved, the sides alternate call by call; back to back, each side runs every
+    case in a row; either way the side that goes first alternates, and each call is cold."""
+    calls: list[tuple[str, str]] = []
+    cases = [SimpleNamespace(case=str(i)) for i in range(3)]
+
+    def side(name: str) -> redistribute_bench.Side:
+        return lambda s: calls.append((name, s.case))
+
+    cleared: list[str] = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(redistribute_bench, "clear_torch", lambda: cleared.append("torch"))
+        times = redistribute_bench.time_cold(
+            cases,  # type: ignore[arg-type]
+            side("ours"),
+            side("torch"),
+            2,
+            lambda: cleared.append("ours"),
+            back_to_back=back_to_back,
+        )
+    assert len(times) == 3 and len(calls) == len(cleared) == 12
+    assert [n for n, _ in calls] == cleared  # every call after its side's clear
+    if back_to_back:
+        blocks = [calls[k : k + 3] for k in range(0, 12, 3)]
+        assert [b[0][0] for b in blocks] == ["torch", "ours", "ours", "torch"]
+        assert all(len({n for n, _ in b}) == 1 for b in blocks)
+        assert all([c for _, c in b] == ["0", "1", "2"] for b in blocks)
+    else:
+        pairs = [calls[k : k + 2] for k in range(0, 12, 2)]
+        assert [p[0][1] == p[1][1] for p in pairs] == [True] * 6  # one case, both sides
+        assert [p[0][0] for p in pairs] == ["torch", "ours", "torch", "ours", "torch", "ours"]
 
 
 def test_first_sight_empties_the_placement_tables_and_cold_keeps_them() -> None:
