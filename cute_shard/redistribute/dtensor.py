@@ -275,8 +275,6 @@ def _text(ps: Sequence[PlacementSpec]) -> str:
 def redistribute_cost(current_spec: DTensorSpec, target_spec: DTensorSpec) -> float:
     """The plan's cost in torch's units (see the module docstring); torch's own function for
     what the planner does not model."""
-    if current_spec.is_replicated() and current_spec.mesh == target_spec.mesh:
-        return 0.0  # only local chunks and partitions
     cost = None
     if _concrete(current_spec) and _concrete(target_spec):
         cost = _priced(current_spec, target_spec, _spans_world(current_spec.mesh))
@@ -287,6 +285,8 @@ def redistribute_cost(current_spec: DTensorSpec, target_spec: DTensorSpec) -> fl
 def _priced(current: DTensorSpec, target: DTensorSpec, joint: bool) -> float | None:
     if current.mesh != target.mesh:
         return float("inf")
+    if current.is_replicated():
+        return 0.0  # only local chunks and partitions (torch's model says so too)
     try:
         plan = _planned(current, target, joint)
     except ValueError:
