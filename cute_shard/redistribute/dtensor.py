@@ -95,9 +95,8 @@ def _joint(mesh: DeviceMesh) -> Group | None:
     """The default group, for steps over several mesh dims, when the mesh holds every one of
     its ranks (then every rank runs the same plan, so one collective over all of them is
     safe; ``plan_for_specs`` plans such steps only then); otherwise None."""
-    if not dist.is_initialized():
-        return None
-    return _joint_in(mesh, dist.group.WORLD)
+    world = dist.group.WORLD  # (None until the default group is initialized)
+    return None if world is None else _joint_in(mesh, world)
 
 
 @functools.lru_cache(maxsize=256)
@@ -142,7 +141,8 @@ def _concrete(spec: DTensorSpec) -> bool:
 
 def _spans_world(mesh: DeviceMesh) -> bool:
     """Whether the mesh holds every rank of the default group (see ``_joint``)."""
-    return dist.is_initialized() and _spans(mesh, dist.group.WORLD)
+    world = dist.group.WORLD  # (None until the default group is initialized)
+    return world is not None and _spans(mesh, world)
 
 
 @functools.lru_cache(maxsize=256)
