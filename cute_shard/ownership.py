@@ -2,9 +2,10 @@
 
 A tensor of any rank is folded to 2-D: rows are its leading dims (row-major), columns its last
 dim. For every mesh dim that shards (``S``/``SS``), each position of the tensor dim it shards
-has an owner coordinate on that mesh dim (``oracle.local_indices`` decides, uneven and strided
-shards included); a cell's *shard id* is those coordinates as one row-major number over the
-sharding mesh dims, so it is the global rank when every mesh dim shards. Mesh dims that
+has an owner coordinate on that mesh dim (the dim's runs decide, ``labels.dim_runs``, uneven
+and strided shards included); a cell's *shard id* is those coordinates as one row-major number
+over the sharding mesh dims, so it is the global rank when every mesh dim shards. Each axis of
+the fold is kept as runs (``Axis``), so a long dim costs its runs, not its length. Mesh dims that
 replicate (``R``) or hold partial values (``P``) do not split the data: the ranks along them
 hold the same block, and a block's *holders* are all of those ranks.
 
@@ -35,8 +36,8 @@ whose mesh-dim-0 coordinate is 0, and mesh dim 1 copies them::
 
 from __future__ import annotations
 
-import itertools
 import math
+import operator
 import os
 import shutil
 import sys
@@ -47,12 +48,14 @@ from typing import TYPE_CHECKING, TextIO
 import numpy as np
 
 from .notation import Placements, PlacementSpec, placements_str
+from .redistribute.labels import dim_runs
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
     from torch.distributed.tensor import DTensor
 
 __all__ = [
+    "Axis",
     "DTensorFacts",
     "Picture",
     "diagram",
@@ -79,20 +82,77 @@ PALETTE = (153, 223, 151, 217, 183, 229, 152, 216, 189, 194, 225, 187, 159, 222,
 
 
 @dataclass(frozen=True, slots=True)
+class Axis:
+    """One axis of the fold as runs: run i covers the positions from ``starts[i]`` up to the
+    next run's start (the last one up to ``length``) and adds ``values[i]`` to the shard id of
+    each; neighbouring runs differ. It costs its number of runs, not its length: a dim of
+    10**9 elements sharded 8 ways is 8 runs.
+
+    >>> _axis(10, [0, 4, 8], [0, 0, 1]).runs()
+    [(0, 8, 0), (8, 10, 1)]
+    """
+
+    length: int
+    starts: np.ndarray  # int64, increasing from 0 (empty when length is 0)
+    values: np.ndarray  # int64, one per run
+
+    def __len__(self) -> int:
+        return self.length
+
+    def runs(self) -> list[tuple[int, int, int]]:
+        """``(start, stop, value)`` of every run, in order."""
+        if not self.length:
+            return []
+        stops = [*self.starts[1:].tolist(), self.length]
+        return list(zip(self.starts.tolist(), stops, self.values.tolist(), strict=True))
+
+    def max(self) -> int:
+        return int(self.values.max()) if len(self.values) else 0
+
+    def at(self, positions: np.ndarray) -> np.ndarray:
+        """The value at each of ``positions`` (ints in ``[0, length)``)."""
+        return self.values[np.searchsorted(self.starts, positions, side="right") - 1]
+
+    def dense(self) -> np.ndarray:
+        """The value at every position."""
+        return np.repeat(self.values, np.diff(np.append(self.starts, self.length)))
+
+
+def _axis(length: int, starts: Sequence[int], values: Sequence[int]) -> Axis:
+    """The Axis of runs starting at ``starts`` (increasing from 0) with ``values``, equal
+    neighbours merged."""
+    a = np.asarray(starts, dtype=np.int64)
+    v = np.asarray(values, dtype=np.int64)
+    if len(v) > 1:
+        new = np.concatenate(([True], v[1:] != v[:-1]))
+        a, v = a[new], v[new]
+    return Axis(length, a, v)
+
+
+def _dense_axis(v: np.ndarray) -> Axis:
+    """The Axis of a value per position."""
+    if not len(v):
+        return Axis(0, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+    starts = np.concatenate(([0], np.flatnonzero(v[1:] != v[:-1]) + 1))
+    return Axis(len(v), starts, v[starts])
+
+
+@dataclass(frozen=True, slots=True)
 class Picture:
     """Which shard holds each element of a tensor, folded to 2-D.
 
-    The cell at (i, j) of the fold is ``rows[i] + cols[j]``: the shard id (see the module
-    docstring). Where no mesh dim shards both are zeros (one shard, on every rank). They are
-    None only when the fold has too many rows to draw, and ``note`` says so.
+    The cell at (i, j) of the fold is the value of ``rows`` at i plus the value of ``cols``
+    at j: the shard id (see the module docstring). Where no mesh dim shards both are zeros
+    (one shard, on every rank). They are None only when there is nothing to draw (too many
+    rows, or no elements), and ``note`` says so.
     """
 
     title: str
     shape: tuple[int, ...]
     mesh: tuple[int, ...]
     placements: Placements
-    rows: np.ndarray | None
-    cols: np.ndarray | None
+    rows: Axis | None
+    cols: Axis | None
     note: str | None = None
 
     @property
@@ -147,46 +207,51 @@ def picture(
     title: str, shape: tuple[int, ...], placements: Placements, mesh: tuple[int, ...]
 ) -> Picture:
     """The owner grid of a tensor of ``shape`` under ``placements`` on ``mesh``."""
-    sharded = [m for m, p in enumerate(placements) if p.shards]
     n_rows = math.prod(shape[:-1])
     if n_rows > GRID_MAX_ROWS:
         note = f"not drawn: more than {GRID_MAX_ROWS} rows"
         return Picture(title, shape, mesh, placements, None, None, note)
+    if 0 in shape:
+        note = f"not drawn: no elements (dim {shape.index(0)} has size 0)"
+        return Picture(title, shape, mesh, placements, None, None, note)
     lead = shape[:-1]
+    ids = _dim_ids(shape, placements, mesh)
     rows = np.zeros(lead, dtype=np.int64)
-    cols = np.zeros(shape[-1] if shape else 1, dtype=np.int64)
-    weights = dict(zip(sharded, row_strides([mesh[m] for m in sharded]), strict=True))
-    for m, owner in _owners(shape, placements, mesh).items():
-        d = placements[m].dim
-        if d == len(shape) - 1:
-            cols = cols + weights[m] * owner
-        else:
-            axis = [-1 if i == d else 1 for i in range(len(lead))]
-            rows = rows + (weights[m] * owner).reshape(axis)
-    return Picture(title, shape, mesh, placements, rows.reshape(-1), cols)
+    if n_rows:  # (then no leading dim is longer than the fold's rows)
+        for d, axis in ids.items():
+            if d < len(lead):
+                rows = rows + axis.dense().reshape([-1 if i == d else 1 for i in range(len(lead))])
+    cols = ids.get(len(shape) - 1) if shape else None
+    if cols is None:  # the last dim unsharded (a scalar: one column)
+        n = shape[-1] if shape else 1
+        cols = _axis(n, [0] if n else [], [0] if n else [])
+    return Picture(title, shape, mesh, placements, _dense_axis(rows.reshape(-1)), cols)
 
 
-def _owners(
+def _dim_ids(
     shape: tuple[int, ...], placements: Placements, mesh: tuple[int, ...]
-) -> dict[int, np.ndarray]:
-    """Per sharding mesh dim m, the coordinate on m that holds each position of its dim.
-
-    A rank's index list along dim d is exactly the positions whose owners, on every mesh dim
-    sharding d, are the rank's own coordinates, so one pass over the ranks fills them in.
-    """
-    from . import oracle
-
-    owners = {
-        m: np.zeros(shape[p.dim], dtype=np.int64) for m, p in enumerate(placements) if p.shards
-    }
-    if not owners:
-        return owners
-    given = [p.to_torch() for p in placements]
-    for coord in oracle.mesh_coords(mesh):
-        idx = oracle.local_indices(shape, given, mesh, coord)
-        for m, owner in owners.items():
-            owner[idx[placements[m].dim]] = coord[m]
-    return owners
+) -> dict[int, Axis]:
+    """Per tensor dim that some mesh dim shards, what each position adds to its shard id:
+    the sum, over the mesh dims sharding it, of the coordinate that holds the position times
+    the mesh dim's weight in the id. Read off the dim's runs (``labels.dim_runs``: its
+    positions cut where an owner changes, uneven and strided shards included), so a long dim
+    costs its runs, not its length."""
+    sharded = [m for m, p in enumerate(placements) if p.shards]
+    weights = row_strides([mesh[m] for m in sharded])
+    by_dim: dict[int, list[tuple[int, int]]] = {}  # tensor dim -> (mesh dim, weight), in order
+    for m, w in zip(sharded, weights, strict=True):
+        by_dim.setdefault(placements[m].dim % len(shape), []).append((m, w))
+    out = {}
+    for d, on in by_dim.items():
+        levels = tuple((mesh[m], placements[m].split_factor) for m, _ in on)
+        runs = dim_runs(shape[d], levels)
+        ws = [w for _, w in on]
+        out[d] = _axis(
+            shape[d],
+            [start for start, _, _ in runs],
+            [sum(map(operator.mul, ws, label)) for _, _, label in runs],
+        )
+    return out
 
 
 def row_strides(shape: Sequence[int]) -> tuple[int, ...]:
@@ -201,21 +266,18 @@ def row_strides(shape: Sequence[int]) -> tuple[int, ...]:
 # Blocks: runs of equal rows and columns
 
 
-def _runs(v: np.ndarray) -> list[tuple[int, int]]:
-    """``(start, stop)`` of each run of equal neighbours in ``v``."""
-    cuts = [0, *(np.flatnonzero(v[1:] != v[:-1]) + 1).tolist(), len(v)]
-    return list(itertools.pairwise(cuts))
+Run = tuple[int, int, int]  # (start, stop, value): one run of an Axis
 
 
-def _elide(runs: list[tuple[int, int]], limit: int) -> list[tuple[int, int] | None]:
+def _elide(runs: list[Run], limit: int) -> list[Run | None]:
     if len(runs) <= limit:
         return list(runs)
     half = limit // 2
     return [*runs[:half], None, *runs[-half:]]
 
 
-def _span(run: tuple[int, int]) -> str:
-    start, stop = run
+def _span(run: Run) -> str:
+    start, stop, _ = run
     return str(start) if stop - start == 1 else f"{start}-{stop - 1}"
 
 
@@ -224,19 +286,16 @@ def grid_lines(pic: Picture) -> list[str]:
     are merged, and past ``GRID_ROW_RUNS`` / ``GRID_COL_RUNS`` runs the middle is elided."""
     if pic.rows is None or pic.cols is None:
         return []
-    rows = _elide(_runs(pic.rows), GRID_ROW_RUNS)
-    cols = _elide(_runs(pic.cols), GRID_COL_RUNS)
+    rows = _elide(pic.rows.runs(), GRID_ROW_RUNS)
+    cols = _elide(pic.cols.runs(), GRID_COL_RUNS)
     heads = [_span(c) if c else "…" for c in cols]
-    top = int(pic.rows.max() + pic.cols.max())
+    top = pic.rows.max() + pic.cols.max()
     w = max(len(str(top)), *(len(h) for h in heads))
     labels = [_span(r) if r else "⋮" for r in rows]
     lw = max(len(x) for x in labels)
     lines = [" " * lw + "  " + " ".join(h.rjust(w) for h in heads)]
     for r, label in zip(rows, labels, strict=True):
-        cells = [
-            ("⋮" if r is None else "…" if c is None else str(int(pic.rows[r[0]] + pic.cols[c[0]])))
-            for c in cols
-        ]
+        cells = [("⋮" if r is None else "…" if c is None else str(r[2] + c[2])) for c in cols]
         lines.append(label.rjust(lw) + "  " + " ".join(x.rjust(w) for x in cells))
     return lines
 
@@ -292,7 +351,7 @@ def _present_ids(pic: Picture) -> set[int]:
     outer sum), so a shard id missing here is a shard that holds nothing (uneven sizes)."""
     if pic.rows is None or pic.cols is None:
         return set()
-    rows, cols = np.unique(pic.rows), np.unique(pic.cols)
+    rows, cols = np.unique(pic.rows.values), np.unique(pic.cols.values)
     return {int(r + c) for r in rows for c in cols}
 
 
@@ -345,17 +404,17 @@ def _boxes(pic: Picture, grid: np.ndarray, color: bool, width: int) -> list[str]
     rows_v, cols_v = pic.rows, pic.cols
     if rows_v is None or cols_v is None:
         return []
-    rows = _elide(_runs(rows_v), GRID_ROW_RUNS)
+    rows = _elide(rows_v.runs(), GRID_ROW_RUNS)
     row_heads = [_span(r) if r else "⋮" for r in rows] if pic.row_dims != "none" else [""]
     lw = max(len(h) for h in row_heads)
     labels: dict[int, tuple[str, int]] = {}  # shard id -> (label, palette colour)
 
-    def cell(r: tuple[int, int] | None, c: tuple[int, int] | None) -> tuple[str, int | None]:
+    def cell(r: Run | None, c: Run | None) -> tuple[str, int | None]:
         if r is None:
             return "⋮", None
         if c is None:
             return "…", None
-        sid = int(rows_v[r[0]] + cols_v[c[0]])
+        sid = r[2] + c[2]
         if sid not in labels:
             who = holders(pic, sid, grid)
             labels[sid] = (holders_label(who), PALETTE[who[0] % len(PALETTE)])
@@ -363,7 +422,7 @@ def _boxes(pic: Picture, grid: np.ndarray, color: bool, width: int) -> list[str]
 
     limit = GRID_COL_RUNS
     while True:
-        cols = _elide(_runs(cols_v), limit)
+        cols = _elide(cols_v.runs(), limit)
         table = [[cell(r, c) for c in cols] for r in rows]
         heads = [_span(c) if c else "…" for c in cols] if pic.shape else [""]
         widths = [
@@ -564,7 +623,9 @@ def png_figure(
     return fig
 
 
-def _sample(v: np.ndarray, n: int) -> np.ndarray:
-    if len(v) <= n:
-        return v
-    return v[np.linspace(0, len(v) - 1, n).round().astype(np.int64)]
+def _sample(axis: Axis, n: int) -> np.ndarray:
+    """The values at ``n`` evenly spaced positions of ``axis`` (at every one if it is no
+    longer)."""
+    if len(axis) <= n:
+        return axis.dense()
+    return axis.at(np.linspace(0, len(axis) - 1, n).round().astype(np.int64))

@@ -223,6 +223,25 @@ def test_elided_when_large_and_narrow() -> None:
     assert "⋮" in rows  # 32 blocks of rows: the middle ones are left out
 
 
+def test_an_empty_tensor_says_there_is_nothing_to_draw() -> None:
+    """A DTensor with a dim of size 0 (an empty batch) has no blocks: the diagram says so
+    (it used to index its first block and raise IndexError)."""
+    text = draw(make((0, 4), (8,), [S(0)]))
+    assert "not drawn: no elements (dim 0 has size 0)" in text
+
+
+def test_a_long_flat_tensor_is_drawn_from_its_runs() -> None:
+    """A 1-D DTensor of 10**9 elements (a flat parameter): one box per rank, without a
+    value per element (that would be 8 GB)."""
+    import torch
+
+    mesh = init_device_mesh("cpu", (8,))
+    local = torch.empty(10**9 // 8)  # (never written: the picture reads the spec alone)
+    x = DTensor.from_local(local, mesh, [S(0)], run_check=False, shape=(10**9,), stride=(1,))
+    text = draw(x, width=200)
+    assert "0-124999999" in text and "875000000-999999999" in text
+
+
 def test_not_a_dtensor_is_a_value_error() -> None:
     import torch
 
