@@ -211,6 +211,7 @@ _FIRST = _START
 
 
 _ZEROS = itertools.repeat(0)
+_UNIT = "unit"  # a scaled dim's memo key for the dim it scales (``DimLabels.scaled``)
 
 
 def _lengths(runs: Sequence[tuple[int, int, tuple[int, ...]]]) -> dict[tuple[int, ...], int]:
@@ -274,7 +275,13 @@ class DimLabels:
         every position once, with both labellings."""
         memo = self._memo.get(None)
         if memo is None:
-            memo = self._memo[None] = _segments(self.size, *self.levels)
+            unit = self._memo.get(_UNIT)  # a unit dim's scaled (``scaled``): its cuts, further
+            if unit is not None:
+                of, k = unit  # type: ignore[misc]
+                memo = _times(of.segments, k)
+            else:
+                memo = _segments(self.size, *self.levels)
+            self._memo[None] = memo
         return memo  # type: ignore[return-value]
 
     def index(self, slots: Sequence[Slot]) -> tuple[int, ...]:
@@ -379,9 +386,7 @@ class DimLabels:
         if k == 1:
             return self
         out = DimLabels(self.size * k, self.slots, self.source, self.target, self.levels)
-        segments = self._memo.get(None)
-        if segments is not None:  # cut already: the cuts k times further along
-            out._memo[None] = _times(segments, k)  # type: ignore[arg-type]
+        out._memo[_UNIT] = (self, k)  # its segments, when asked for, are this dim's scaled
         return out
 
     def positions(
