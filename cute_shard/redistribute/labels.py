@@ -42,6 +42,7 @@ import math
 import operator
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 from ..chunks import chunk_lens, chunk_size
 
@@ -277,7 +278,7 @@ class DimLabels:
         if memo is None:
             unit = self._memo.get(_UNIT)  # a unit dim's scaled (``scaled``): its cuts, further
             if unit is not None:
-                of, k = unit  # type: ignore[misc]
+                of, k = cast("tuple[DimLabels, int]", unit)
                 memo = _times(of.segments, k)
             else:
                 memo = _segments(self.size, *self.levels)
