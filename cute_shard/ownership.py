@@ -118,7 +118,7 @@ class Axis:
         return np.repeat(self.values, np.diff(np.append(self.starts, self.length)))
 
 
-def _axis(length: int, starts: Sequence[int], values: Sequence[int]) -> Axis:
+def _axis(length: int, starts: Sequence[int], values: Sequence[int] | np.ndarray) -> Axis:
     """The Axis of runs starting at ``starts`` (increasing from 0) with ``values``, equal
     neighbours merged."""
     a = np.asarray(starts, dtype=np.int64)
@@ -127,14 +127,6 @@ def _axis(length: int, starts: Sequence[int], values: Sequence[int]) -> Axis:
         new = np.concatenate(([True], v[1:] != v[:-1]))
         a, v = a[new], v[new]
     return Axis(length, a, v)
-
-
-def _dense_axis(v: np.ndarray) -> Axis:
-    """The Axis of a value per position."""
-    if not len(v):
-        return Axis(0, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
-    starts = np.concatenate(([0], np.flatnonzero(v[1:] != v[:-1]) + 1))
-    return Axis(len(v), starts, v[starts])
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,7 +217,8 @@ def picture(
     if cols is None:  # the last dim unsharded (a scalar: one column)
         n = shape[-1] if shape else 1
         cols = _axis(n, [0] if n else [], [0] if n else [])
-    return Picture(title, shape, mesh, placements, _dense_axis(rows.reshape(-1)), cols)
+    rows = rows.reshape(-1)
+    return Picture(title, shape, mesh, placements, _axis(len(rows), range(len(rows)), rows), cols)
 
 
 def _dim_ids(
