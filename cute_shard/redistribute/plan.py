@@ -47,8 +47,8 @@ import functools
 import itertools
 import math
 import operator
-from collections.abc import Iterator, Sequence
-from typing import NamedTuple
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, NamedTuple
 
 from ..notation import REDUCE_OPS, PlacementSpec
 from .labels import DST, SRC, DimLabels, Ranks, Slot, dim_labels, mesh_ranks, side
@@ -110,9 +110,10 @@ _DIM, _SPLIT = operator.attrgetter("dim"), operator.attrgetter("split_factor")
 
 
 def _shape(shape: Sequence[int]) -> tuple[int, ...]:
-    out = tuple(shape)
+    out = _tuple(shape, "global shape", "a sequence of ints, one size per tensor dim")
     if set(map(type, out)) <= _INT and min(out, default=0) >= 0:
         return out
+    out = tuple(map(_integer, out))  # (numpy's ints, as torch takes them)
     for d, n in enumerate(out):
         if type(n) is not int or n < 0:
             raise ValueError(f"global shape {out}: dim {d} has size {n!r}; sizes must be ints >= 0")
@@ -120,15 +121,31 @@ def _shape(shape: Sequence[int]) -> tuple[int, ...]:
 
 
 def _mesh(mesh: Sequence[int]) -> tuple[int, ...]:
-    out = tuple(mesh)
+    out = _tuple(mesh, "mesh", "a sequence of ints, one size per mesh dim")
     if out and set(map(type, out)) <= _INT and min(out) >= 1:
         return out
     if not out:
         raise ValueError("the mesh has no dims: give at least one mesh size")
+    out = tuple(map(_integer, out))
     for m, size in enumerate(out):
         if type(size) is not int or size < 1:
             raise ValueError(f"mesh {out}: mesh dim {m} has size {size!r}; sizes must be ints >= 1")
     return out
+
+
+def _tuple(values: Any, what: str, expected: str) -> tuple[Any, ...]:
+    """``values`` as a tuple, or ValueError naming ``what`` was given."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise ValueError(f"{what}: expected {expected}, got {values!r}")
+    return tuple(values)
+
+
+def _integer(n: Any) -> Any:
+    """An integer that is not a Python int (``numpy.int64``) as one; anything else (a float,
+    a bool) unchanged, for the caller to refuse."""
+    if type(n) is int or isinstance(n, bool) or not hasattr(type(n), "__index__"):
+        return n
+    return operator.index(n)
 
 
 def check_placements(
@@ -136,8 +153,12 @@ def check_placements(
 ) -> tuple[PlacementSpec, ...]:
     """``ps`` canonical (shard dims non-negative, ``SS<d>:1`` as ``S<d>``), or ValueError
     naming the mesh dim, the placement and why."""
-    ps = tuple(ps)
-    if set(map(type, map(_DIM, ps))) | set(map(type, map(_SPLIT, ps))) <= _INT:
+    ps = _tuple(ps, f"{what} placements", "a sequence of PlacementSpec, one per mesh dim")
+    try:
+        ints = set(map(type, map(_DIM, ps))) | set(map(type, map(_SPLIT, ps))) <= _INT
+    except AttributeError:  # not PlacementSpecs: _checked names the first
+        ints = False
+    if ints:
         return _checked(ps, ndim, mesh, what)
     # not ints (2.0 equals 2, so the table would answer for it): checked, not looked up
     return _checked.__wrapped__(ps, ndim, mesh, what)
@@ -156,6 +177,12 @@ def _checked(
         )
     out: list[PlacementSpec] = []
     for m, p in enumerate(ps):
+        if not isinstance(p, PlacementSpec):
+            raise ValueError(
+                f"{what} placement {p!r} on mesh dim {m}: expected a PlacementSpec "
+                "(cute_shard.notation: parse_placements reads 'S0,R', PlacementSpec.of converts "
+                f"a torch placement), got {type(p).__name__}"
+            )
         kind = p.kind
         if kind == "R":
             out.append(p)

@@ -405,6 +405,27 @@ BAD: list[tuple[str, tuple, tuple, tuple, tuple, str]] = [
     ("empty mesh", (8,), (), (), (), r"the mesh has no dims"),
     ("negative dim size", (8, -1), (4,), (P("R"),), (P("R"),), r"dim 1 has size -1"),
     ("dim size not an int", (8.5,), (4,), (P("R"),), (P("R"),), r"dim 0 has size 8\.5"),
+    ("dim size a bool", (True,), (4,), (P("R"),), (P("R"),), r"dim 0 has size True"),
+    ("shape an int", 8, (4,), (P("R"),), (P("R"),), r"global shape: expected a sequence .* got 8"),
+    ("shape a string", "8", (4,), (P("R"),), (P("R"),), r"global shape: expected a sequence"),
+    ("mesh an int", (8,), 4, (P("R"),), (P("R"),), r"mesh: expected a sequence .* got 4"),
+    ("placements None", (8,), (4,), None, (P("R"),), r"source placements: expected a sequence"),
+    (
+        "placement a string",
+        (8,),
+        (4,),
+        ("S0",),
+        (P("R"),),
+        r"source placement 'S0' on mesh dim 0: expected a PlacementSpec .* got str",
+    ),
+    (
+        "placement None",
+        (8,),
+        (2, 2),
+        (P("R"), P("R")),
+        (P("R"), None),
+        r"target placement None on mesh dim 1: expected a PlacementSpec",
+    ),
 ]
 
 
@@ -416,6 +437,25 @@ def test_bad_input_raises_value_error(
 ) -> None:
     with pytest.raises(ValueError, match=pattern):
         plan_redistribution(shape, mesh, src, dst)
+
+
+def test_torch_placements_are_named_not_read() -> None:
+    """A torch placement (``_StridedShard`` has ``dim`` and ``split_factor`` as a
+    PlacementSpec does) is refused with the way to convert it, not read half way."""
+    from torch.distributed.tensor.placement_types import Shard, _StridedShard
+
+    for given in (_StridedShard(0, split_factor=2), Shard(0)):
+        with pytest.raises(ValueError, match=r"PlacementSpec\.of converts a torch placement"):
+            plan_redistribution((8,), (4,), (given,), (P("R"),))
+
+
+def test_numpy_ints_are_sizes() -> None:
+    """Sizes that are integers but not Python ints (numpy's, as torch takes them) plan as
+    the ints they are."""
+    np = pytest.importorskip("numpy")
+    plan = plan_redistribution((np.int64(8), 6), (np.int32(4),), (P("S", 0),), (P("R"),))
+    assert plan == plan_redistribution((8, 6), (4,), (P("S", 0),), (P("R"),))
+    assert all(type(n) is int for n in (*plan.shape, *plan.mesh))
 
 
 def test_check_placements_canonicalises() -> None:
