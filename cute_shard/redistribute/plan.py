@@ -135,6 +135,8 @@ def _mesh(mesh: Sequence[int]) -> tuple[int, ...]:
 
 def _tuple(values: Any, what: str, expected: str) -> tuple[Any, ...]:
     """``values`` as a tuple, or ValueError naming ``what`` was given."""
+    if type(values) is tuple:
+        return values
     if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
         raise ValueError(f"{what}: expected {expected}, got {values!r}")
     return tuple(values)
