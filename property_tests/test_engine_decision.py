@@ -4,6 +4,7 @@ same reasons as a strict view's error, and ``refusal()`` exactly when something 
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -38,3 +39,20 @@ def test_the_returned_decision_is_the_raised_one(case: Case) -> None:
         assert tuple(e.suggestion or ()) == decision.target, case
     else:
         assert refusal is None and not decision.moved and decision.blocked == (), case
+
+
+@ENGINE
+@given(st.one_of(cases(), even_view_cases()))
+def test_integers_of_another_type_decide_as_ints(case: Case) -> None:
+    """Sizes given as numpy's integers (torch takes them as sizes) are the ints they equal,
+    not symbols: the same target, output placements (``Shard``, not ``_StridedShard(sf=1)``)
+    and mesh dims blocked for the same reasons."""
+    np = pytest.importorskip("numpy")
+    complex_view = case.op == "view_as_complex"
+    ints = decide_view(case.placements, case.shape, case.rule, case.mesh, complex_view=complex_view)
+    shape = tuple(np.int64(n) for n in case.shape)
+    other = decide_view(case.placements, shape, case.rule, case.mesh, complex_view=complex_view)
+    assert (other.target, other.output) == (ints.target, ints.output), case
+    assert [(b.mesh_dim, b.tensor_dim, b.reason) for b in other.blocked] == [
+        (b.mesh_dim, b.tensor_dim, b.reason) for b in ints.blocked
+    ], case

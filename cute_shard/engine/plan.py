@@ -82,7 +82,9 @@ def make_plan(
     if type(rule) is ViewRule and rule.shape == shape and static and complex_view is not True:
         made, made_carry = rule.out_shape, rule.carry
         if made is not None and made_carry is not None:  # (recorded with ``shape``)
-            return Plan(made_carry, {}, Group(shape, made), made, -1)
+            # (the rule's own sizes: ints, where ``shape`` may hold integers that only equal
+            # them, numpy's)
+            return Plan(made_carry, {}, Group(rule.shape, made), made, -1)
     scan = _Scan(shape, static)
     spec: Any  # (dispatched on ``type(spec)`` once per spec, which mypy does not narrow)
     for o, spec in enumerate(rule):
