@@ -60,6 +60,12 @@ BAD_INPUT: list[tuple[str, list[Any], tuple[int, ...], Any, tuple[int, ...], str
     ("rule is not a rule", [Shard(0)], (4, 6), (1, 2), (2,), r"rule|DimSpec"),
     ("placement is not a placement", ["S0"], (4, 6), FLAT, (2,), r"placement"),
     ("negative global size", [Shard(0)], (4, -6), FLAT, (2,), r"-6|size|shape"),
+    ("placements not a sequence", None, (4, 6), FLAT, (2,),
+     r"^placements: expected a sequence, got None$"),
+    ("shape not a sequence", [Shard(0)], 24, FLAT, (2,),
+     r"^global_shape: expected a sequence, got 24$"),
+    ("rule not a sequence", [Shard(0)], (4, 6), None, (2,), r"^rule: expected a sequence"),
+    ("mesh not a sequence", [Shard(0)], (4, 6), FLAT, 2, r"^mesh_shape: expected a sequence"),
 ]
 # fmt: on
 
@@ -176,3 +182,36 @@ def test_legal_but_odd_inputs_do_not_raise() -> None:
     sq = R.view_groups((1, 6), (6,))
     in_tgt, out = cute_shard.propagate_shape_and_sharding([Shard(0)], (1, 6), sq, (2,))
     assert O.check_reshape((1, 6), (6,), in_tgt, out, (2,)).ok
+
+
+# (id, global shape, placements, mesh, regex the message must match)
+# fmt: off
+BAD_LAYOUT_INPUT: list[tuple[str, Any, Any, Any, str]] = [
+    ("negative size", (8, -4), [Shard(0)], (2,), r"dim 1 has size -4; sizes must be ints >= 0"),
+    ("a placement as a size", [Shard(0)], (8, 4), (2,), r"dim 0 has size Shard\(dim=0\)"),
+    ("a float size", (8.0, 4), [Shard(0)], (2,), r"dim 0 has size 8\.0"),
+    ("shape not a sequence", 8, [Shard(0)], (2,), r"^global_shape: expected a sequence"),
+    ("mesh not a sequence", (8, 4), [Shard(0)], 2, r"^mesh_shape: expected a sequence"),
+    ("placements not a sequence", (8, 4), None, (2,), r"^placements: expected a sequence"),
+]
+# fmt: on
+
+
+@pytest.mark.parametrize(
+    ("shape", "placements", "mesh", "match"),
+    [row[1:] for row in BAD_LAYOUT_INPUT],
+    ids=[row[0] for row in BAD_LAYOUT_INPUT],
+)
+def test_placements_to_layout_refuses_what_is_not_a_shape(
+    shape: Any, placements: Any, mesh: Any, match: str
+) -> None:
+    """A negative size used to come back as a layout of it, and a shape that is not sizes as
+    None ("cannot express"), the answer for a symbolic shape."""
+    with pytest.raises(ValueError, match=match):
+        cute_shard.placements_to_layout(shape, placements, mesh)
+
+
+def test_placements_to_layout_reads_numpy_sizes_as_ints() -> None:
+    np = pytest.importorskip("numpy")
+    got = cute_shard.placements_to_layout((np.int64(8), 4), [Shard(0)], (2,))
+    assert got == cute_shard.placements_to_layout((8, 4), [Shard(0)], (2,))

@@ -26,7 +26,7 @@ the input, ``moved`` empty. With ``(12,)`` viewed as ``(2, 6)`` on mesh ``(3,)``
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from torch import SymInt
@@ -202,12 +202,20 @@ def _decide(
     are written from) only where a mesh dim moves. ``stop``: stop at the first mesh dim that
     moves (a strict view needs no more to refuse; the target and ``moved`` are then
     partial)."""
-    shape = global_shape if type(global_shape) is tuple else tuple(global_shape)
-    mesh = mesh_shape if type(mesh_shape) is tuple else tuple(mesh_shape)
-    norm = parse_placements(placements, len(shape), mesh)
-    ours: tuple[DimSpec, ...] = rule  # type: ignore[assignment]  # (checked just below)
-    if type(rule) is not ViewRule:  # (a rule of any other type keeps its type: it may say its op)
-        ours = as_rule(rule if isinstance(rule, tuple) else tuple(rule))
+    try:
+        shape = global_shape if type(global_shape) is tuple else tuple(global_shape)
+        mesh = mesh_shape if type(mesh_shape) is tuple else tuple(mesh_shape)
+        norm = parse_placements(placements, len(shape), mesh)
+        ours: tuple[DimSpec, ...] = rule  # type: ignore[assignment]  # (checked just below)
+        if type(rule) is not ViewRule:  # (a rule of another type keeps it: it may say its op)
+            ours = as_rule(rule if isinstance(rule, tuple) else tuple(rule))
+    except TypeError:  # an argument that is not a sequence (None, an int): say which
+        names = ("placements", "global_shape", "rule", "mesh_shape")
+        args = (placements, global_shape, rule, mesh_shape)
+        for name, value in zip(names, args, strict=True):
+            if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+                raise ValueError(f"{name}: expected a sequence, got {value!r}") from None
+        raise
     try:
         plan = make_plan(ours, shape, complex_view, True)
         out, moved = solve(plan, norm, mesh, None, stop)

@@ -37,10 +37,12 @@ the sharded layout is ``((4,2),((2,2),4)):((16,64),((1,8),2))``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import operator
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from torch import SymInt
 from torch.distributed.tensor.placement_types import Partial, Placement
 
 from ..layout import Layout
@@ -127,12 +129,21 @@ def placements_to_layout(
     global_shape: Sequence[int], placements: Sequence[Placement], mesh_shape: Sequence[int]
 ) -> ShardedLayout | None:
     """The sharded layout of ``placements``, or None where a layout cannot express it (a carve
-    that does not divide evenly, or that cuts a leaf other than at a divisor)."""
-    shape = tuple(global_shape)
-    mesh = tuple(mesh_shape)
-    if not all(type(n) is int for n in shape):
-        return None
-    norm = parse_placements(placements, len(shape), mesh)
+    that does not divide evenly, or that cuts a leaf other than at a divisor, or a symbolic
+    size). ValueError for a shape that is not sizes (a negative one, or not an integer:
+    numpy's integers are the ints they equal) and for what ``parse_placements`` refuses."""
+    shape = _sequence(global_shape, "global_shape")
+    mesh = _sequence(mesh_shape, "mesh_shape")
+    if not all(type(n) is int and n >= 0 for n in shape):
+        if any(isinstance(n, SymInt) for n in shape):
+            return None  # (a layout's sizes are ints)
+        for d, n in enumerate(shape):
+            if isinstance(n, bool) or not hasattr(type(n), "__index__") or n < 0:
+                raise ValueError(
+                    f"global shape {shape}: dim {d} has size {n!r}; sizes must be ints >= 0"
+                )
+        shape = tuple(map(operator.index, shape))
+    norm = parse_placements(_sequence(placements, "placements"), len(shape), mesh)
     dims: list[tuple[Leaf, ...]] = [((n, LOCAL, 0),) if n != 1 else () for n in shape]
     partial: list[tuple[int, Partial]] = []
     for m, p in enumerate(norm):
@@ -154,6 +165,12 @@ def placements_to_layout(
         tuple(DimSharding(n, leaves) for n, leaves in zip(shape, dims, strict=True)),
         tuple(partial),
     )
+
+
+def _sequence(value: Any, name: str) -> tuple[Any, ...]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise ValueError(f"{name}: expected a sequence, got {value!r}")
+    return tuple(value)
 
 
 def carve(
