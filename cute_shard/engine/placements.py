@@ -13,9 +13,11 @@ None])`` is ``(Shard(0), Replicate())``.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from typing import Any
 
+from torch import SymInt
 from torch.distributed.tensor.placement_types import (
     Partial,
     Placement,
@@ -26,7 +28,7 @@ from torch.distributed.tensor.placement_types import (
 
 from .types import SHARDS, MeshPlacement, Sharded
 
-__all__ = ["REPLICATE", "cache_clear", "parse_placements", "to_torch"]
+__all__ = ["REPLICATE", "cache_clear", "integer_sizes", "parse_placements", "to_torch"]
 
 REPLICATE = Replicate()
 # The placements most views give, made once; others are made when first given (a bounded
@@ -93,6 +95,15 @@ def parse_placements(
         made = SHARDS.get((dim, sf)) if type(sf) is int else None
         out.append(Sharded(dim, sf) if made is None else made)
     return tuple(out)
+
+
+def integer_sizes(shape: Sequence[Any]) -> tuple[int, ...] | None:
+    """``shape`` as Python ints when every size is an integer and none is symbolic: numpy's
+    integers (torch takes them as sizes) are the ints they equal, not symbols. None when a
+    size is a SymInt, a bool or not an integer."""
+    if any(isinstance(n, (bool, SymInt)) or not hasattr(type(n), "__index__") for n in shape):
+        return None
+    return tuple(map(operator.index, shape))
 
 
 def to_torch(out: Sequence[MeshPlacement]) -> tuple[Placement, ...]:

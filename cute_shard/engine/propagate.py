@@ -25,18 +25,16 @@ the input, ``moved`` empty. With ``(12,)`` viewed as ``(2, 6)`` on mesh ``(3,)``
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from torch import SymInt
 from torch.distributed.tensor.placement_types import Placement
 
 from .. import layout, rules
 from ..rules import DimSpec, ViewRule
 from ..rules.torch_compat import torch_refusal
 from .errors import Blocked, Details, RedistributionRequired, reason
-from .placements import REPLICATE, parse_placements, to_torch
+from .placements import REPLICATE, integer_sizes, parse_placements, to_torch
 from .placements import cache_clear as clear_placements
 from .plan import as_rule, make_plan
 from .solve import solve
@@ -220,8 +218,9 @@ def _decide(
         plan = make_plan(ours, shape, complex_view, True)
         out, moved = solve(plan, norm, mesh, None, stop)
     except NotStatic:
-        ints = _ints(shape)
-        if ints is not None:  # integers of another type (numpy's): no symbols, the ints
+        # integers of another type (numpy's) are no symbols: decided as the ints they are
+        ints = None if all(type(n) is int for n in shape) else integer_sizes(shape)
+        if ints is not None:
             return _decide(placements, ints, rule, mesh, complex_view, stop)
         plan, out, moved = propagate_symbolic(norm, shape, ours, mesh, complex_view)
         stop = False  # (the symbolic engine decides every mesh dim)
@@ -231,18 +230,6 @@ def _decide(
         return given, outs, moved, None
     question = _Question(plan, norm, shape, ours, mesh, given, stop)
     return _target(given, moved), outs, moved, question
-
-
-def _ints(shape: tuple[Any, ...]) -> tuple[int, ...] | None:
-    """``shape`` as Python ints where some sizes are integers of another type (numpy's, as
-    torch takes them) and none is symbolic; else None (all ints already, or a SymInt: the
-    symbolic engine's). Read as symbols, such sizes made the engine refuse views that ints
-    keep ("cannot be proven to divide evenly")."""
-    if all(type(n) is int for n in shape) or any(
-        isinstance(n, (bool, SymInt)) or not hasattr(type(n), "__index__") for n in shape
-    ):
-        return None
-    return tuple(map(operator.index, shape))
 
 
 def _target(placements: Sequence[Placement], moved: Sequence[Moved]) -> tuple[Placement, ...]:

@@ -37,7 +37,6 @@ the sharded layout is ``((4,2),((2,2),4)):((16,64),((1,8),2))``.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -48,7 +47,7 @@ from torch.distributed.tensor.placement_types import Partial, Placement
 from ..layout import Layout
 from ..layout.inttuple import IntTuple
 from ..rules import Broadcast, ComplexRule, Flatten, InputDim, NewDim, Repeat, Singleton, Split
-from .placements import parse_placements
+from .placements import integer_sizes, parse_placements
 from .plan import as_rule
 from .types import Sharded
 
@@ -137,12 +136,13 @@ def placements_to_layout(
     if not all(type(n) is int and n >= 0 for n in shape):
         if any(isinstance(n, SymInt) for n in shape):
             return None  # (a layout's sizes are ints)
-        for d, n in enumerate(shape):
-            if isinstance(n, bool) or not hasattr(type(n), "__index__") or n < 0:
-                raise ValueError(
-                    f"global shape {shape}: dim {d} has size {n!r}; sizes must be ints >= 0"
-                )
-        shape = tuple(map(operator.index, shape))
+        ints = integer_sizes(shape)
+        if ints is None or min(ints, default=0) < 0:
+            d = next(d for d, n in enumerate(shape) if integer_sizes((n,)) is None or n < 0)
+            raise ValueError(
+                f"global shape {shape}: dim {d} has size {shape[d]!r}; sizes must be ints >= 0"
+            )
+        shape = ints
     norm = parse_placements(_sequence(placements, "placements"), len(shape), mesh)
     dims: list[tuple[Leaf, ...]] = [((n, LOCAL, 0),) if n != 1 else () for n in shape]
     partial: list[tuple[int, Partial]] = []
