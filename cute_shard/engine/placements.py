@@ -14,7 +14,7 @@ None])`` is ``(Shard(0), Replicate())``.
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from torch import SymInt
@@ -28,7 +28,14 @@ from torch.distributed.tensor.placement_types import (
 
 from .types import SHARDS, MeshPlacement, Sharded
 
-__all__ = ["REPLICATE", "cache_clear", "integer_sizes", "parse_placements", "to_torch"]
+__all__ = [
+    "REPLICATE",
+    "as_sequence",
+    "cache_clear",
+    "integer_sizes",
+    "parse_placements",
+    "to_torch",
+]
 
 REPLICATE = Replicate()
 # The placements most views give, made once; others are made when first given (a bounded
@@ -95,6 +102,14 @@ def parse_placements(
         made = SHARDS.get((dim, sf)) if type(sf) is int else None
         out.append(Sharded(dim, sf) if made is None else made)
     return tuple(out)
+
+
+def as_sequence(value: Any, name: str) -> tuple[Any, ...]:
+    """``value`` as a tuple, or ValueError naming the argument ``name`` when it is not a
+    sequence (None, an int, a string)."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise ValueError(f"{name}: expected a sequence, got {value!r}")
+    return tuple(value)
 
 
 def integer_sizes(shape: Sequence[Any]) -> tuple[int, ...] | None:

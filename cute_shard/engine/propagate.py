@@ -25,7 +25,7 @@ the input, ``moved`` empty. With ``(12,)`` viewed as ``(2, 6)`` on mesh ``(3,)``
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from torch.distributed.tensor.placement_types import Placement
@@ -34,7 +34,7 @@ from .. import layout, rules
 from ..rules import DimSpec, ViewRule
 from ..rules.torch_compat import torch_refusal
 from .errors import Blocked, Details, RedistributionRequired, reason
-from .placements import REPLICATE, integer_sizes, parse_placements, to_torch
+from .placements import REPLICATE, as_sequence, integer_sizes, parse_placements, to_torch
 from .placements import cache_clear as clear_placements
 from .plan import as_rule, make_plan
 from .solve import solve
@@ -211,8 +211,7 @@ def _decide(
         names = ("placements", "global_shape", "rule", "mesh_shape")
         args = (placements, global_shape, rule, mesh_shape)
         for name, value in zip(names, args, strict=True):
-            if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
-                raise ValueError(f"{name}: expected a sequence, got {value!r}") from None
+            as_sequence(value, name)
         raise
     try:
         plan = make_plan(ours, shape, complex_view, True)

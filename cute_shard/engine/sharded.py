@@ -37,7 +37,7 @@ the sharded layout is ``((4,2),((2,2),4)):((16,64),((1,8),2))``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,7 +47,7 @@ from torch.distributed.tensor.placement_types import Partial, Placement
 from ..layout import Layout
 from ..layout.inttuple import IntTuple
 from ..rules import Broadcast, ComplexRule, Flatten, InputDim, NewDim, Repeat, Singleton, Split
-from .placements import integer_sizes, parse_placements
+from .placements import as_sequence, integer_sizes, parse_placements
 from .plan import as_rule
 from .types import Sharded
 
@@ -131,8 +131,8 @@ def placements_to_layout(
     that does not divide evenly, or that cuts a leaf other than at a divisor, or a symbolic
     size). ValueError for a shape that is not sizes (a negative one, or not an integer:
     numpy's integers are the ints they equal) and for what ``parse_placements`` refuses."""
-    shape = _sequence(global_shape, "global_shape")
-    mesh = _sequence(mesh_shape, "mesh_shape")
+    shape = as_sequence(global_shape, "global_shape")
+    mesh = as_sequence(mesh_shape, "mesh_shape")
     if not all(type(n) is int and n >= 0 for n in shape):
         if any(isinstance(n, SymInt) for n in shape):
             return None  # (a layout's sizes are ints)
@@ -143,7 +143,7 @@ def placements_to_layout(
                 f"global shape {shape}: dim {d} has size {shape[d]!r}; sizes must be ints >= 0"
             )
         shape = ints
-    norm = parse_placements(_sequence(placements, "placements"), len(shape), mesh)
+    norm = parse_placements(as_sequence(placements, "placements"), len(shape), mesh)
     dims: list[tuple[Leaf, ...]] = [((n, LOCAL, 0),) if n != 1 else () for n in shape]
     partial: list[tuple[int, Partial]] = []
     for m, p in enumerate(norm):
@@ -165,12 +165,6 @@ def placements_to_layout(
         tuple(DimSharding(n, leaves) for n, leaves in zip(shape, dims, strict=True)),
         tuple(partial),
     )
-
-
-def _sequence(value: Any, name: str) -> tuple[Any, ...]:
-    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
-        raise ValueError(f"{name}: expected a sequence, got {value!r}")
-    return tuple(value)
 
 
 def carve(
