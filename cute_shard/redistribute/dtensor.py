@@ -66,6 +66,7 @@ __all__ = [
 
 _MODELLED = frozenset({Replicate, Shard, _StridedShard, Partial})
 _INT = frozenset({int})
+_REPLICATED = frozenset({Replicate})
 
 
 def _placements(spec: DTensorSpec) -> tuple[PlacementSpec, ...] | None:
@@ -274,21 +275,32 @@ def _text(ps: Sequence[PlacementSpec]) -> str:
 
 def redistribute_cost(current_spec: DTensorSpec, target_spec: DTensorSpec) -> float:
     """The plan's cost in torch's units (see the module docstring); torch's own function for
-    what the planner does not model."""
-    cost = None
-    if _concrete(current_spec) and _concrete(target_spec):
-        cost = _priced(current_spec, target_spec, _spans_world(current_spec.mesh))
+    what the planner does not model. One table lookup when the pair was priced before: the
+    default group (None before it is initialized) is part of the key, as it decides whether
+    the plan may move several mesh dims in one step (``_joint``). A replicated source costs
+    nothing (only local chunks and partitions; torch's model says so too), answered before
+    the table: op strategies ask it most, and it is cheaper to see than to look up."""
+    if set(map(type, current_spec.placements)) == _REPLICATED and (
+        current_spec.mesh == target_spec.mesh
+    ):
+        return 0.0
+    try:
+        cost = _priced(current_spec, target_spec, dist.group.WORLD)
+    except TypeError:  # symbolic sizes cannot key the table: torch's function prices them
+        if _concrete(current_spec) and _concrete(target_spec):
+            raise  # (not that: a defect, reported as it is)
+        cost = None
     return _saved_torch_cost()(current_spec, target_spec) if cost is None else cost
 
 
 @functools.lru_cache(maxsize=4096)
-def _priced(current: DTensorSpec, target: DTensorSpec, joint: bool) -> float | None:
+def _priced(current: DTensorSpec, target: DTensorSpec, world: Any) -> float | None:
     if current.mesh != target.mesh:
         return float("inf")
-    if current.is_replicated():
-        return 0.0  # only local chunks and partitions (torch's model says so too)
+    if not (_concrete(current) and _concrete(target)):
+        return None
     try:
-        plan = _planned(current, target, joint)
+        plan = _planned(current, target, world is not None and _spans(current.mesh, world))
     except ValueError:
         return float("inf")  # a pair the planner refuses is never the cheaper strategy
     if plan is None:

@@ -363,6 +363,65 @@ def test_cost_is_finite_for_strided_sources_torch_cannot_price(torch_cost: Any) 
             assert big > cost  # more bytes, a higher price
 
 
+def _symbolic_spec(mesh: DeviceMesh, placements: Sequence[Placement]) -> DTensorSpec:
+    """A (s0, 32) spec, s0 a ShapeEnv symbol (as ``torch.compile`` with dynamic shapes makes)."""
+    from torch._dynamo.source import ConstantSource
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    env = ShapeEnv()
+    s0 = env.create_symintnode(env.create_symbol(16, source=ConstantSource("s0")), hint=16)
+    meta = TensorMeta(torch.Size([s0, 32]), (32, 1), torch.float32)
+    return DTensorSpec(mesh, tuple(placements), tensor_meta=meta)
+
+
+def _outcome(fn: Any, *args: Any) -> object:
+    """What ``fn`` returns, or the type of what it raises."""
+    try:
+        return fn(*args)
+    except Exception as e:
+        return type(e)
+
+
+def test_cost_of_symbolic_sizes_and_other_meshes_is_torchs(torch_cost: Any) -> None:
+    """What cannot key the price table (symbolic sizes) or is not planned (two meshes) is
+    priced by torch's own function (which, in torch 2.13, hashes the specs and raises for
+    symbolic sizes too); a replicated source costs nothing, symbolic or not."""
+    with fake_world(8):
+        mesh = init_device_mesh("cpu", (2, 4))
+        other = init_device_mesh("cpu", (4, 2))
+        for a, b in [
+            ((Shard(0), Shard(1)), (Replicate(), Shard(0))),
+            ((Replicate(), Replicate()), (Shard(0), Shard(1))),
+            ((Partial(), Shard(0)), (Replicate(), Replicate())),
+        ]:
+            src, dst = _symbolic_spec(mesh, a), _symbolic_spec(mesh, b)
+            with pytest.raises(TypeError):
+                hash(src)  # (why the table cannot hold it)
+            assert _outcome(rd.redistribute_cost, src, dst) == _outcome(torch_cost, src, dst)
+            cross = (_spec(mesh, a, (16, 32)), _spec(other, b, (16, 32)))
+            assert rd.redistribute_cost(*cross) == torch_cost(*cross) == math.inf, (a, b)
+        src, dst = _symbolic_spec(mesh, (Replicate(), Replicate())), _symbolic_spec(mesh, PLAIN[2:])
+        assert rd.redistribute_cost(src, dst) == 0.0
+
+
+def test_cost_is_keyed_by_the_default_group() -> None:
+    """A price depends on whether one collective may span several mesh dims, which the default
+    group decides (``_joint``): priced before and after the group exists, each is right."""
+    mesh_shape = (2, 4)
+    a = [_StridedShard(0, split_factor=4), Shard(0)]
+    b = [Shard(0), Shard(0)]
+    with fake_world(8):
+        mesh = init_device_mesh("cpu", mesh_shape)
+        src, dst = _spec(mesh, a, (64, 32)), _spec(mesh, b, (64, 32))
+        joint = rd.redistribute_cost(src, dst)
+        assert rd._priced(src, dst, dist.group.WORLD) == joint
+    assert dist.group.WORLD is None
+    # the same specs with no default group: no step over both mesh dims, priced again
+    alone = rd.redistribute_cost(src, dst)
+    assert alone == rd._priced.__wrapped__(src, dst, None)
+    assert alone > joint  # one mesh dim at a time moves more than one permutation
+
+
 def _plain_comparison(torch_cost: Any, kind: str) -> list[str]:
     """Plain pairs (Replicate, Partial, Shard; default shard order) where cute_shard's price
     exceeds torch's, among the pairs whose plan is of ``kind``: ``"joint"`` (a step over
