@@ -741,7 +741,7 @@ def clear_ours() -> None:
 
 #: The planner's tables of placement lists (see ``clear_ours``).
 PLACEMENT_TABLES = (
-    (ours_plan, ("_checked", "_pair")),
+    (ours_plan, ("_checked", "_checked_pair", "_pair")),
     (ours_labels, ("side",)),
 )
 

@@ -78,10 +78,30 @@ def plan_redistribution(
     """
     shape_t = _shape(shape)
     mesh_t = _mesh(mesh)
-    src_t = check_placements(src, len(shape_t), mesh_t, "source")
-    dst_t = check_placements(dst, len(shape_t), mesh_t, "target")
+    both = (
+        _tuple(src, "source placements", _PLACEMENTS),
+        _tuple(dst, "target placements", _PLACEMENTS),
+    )
+    if _plain(both[0] + both[1]):
+        pair = _checked_pair(*both, mesh_t, len(shape_t))
+    else:  # (not ints where ints belong: checked, not looked up, as ``check_placements``)
+        pair = _checked_pair.__wrapped__(*both, mesh_t, len(shape_t))
+    return _plan(shape_t, pair, joint)
+
+
+_PLACEMENTS = "a sequence of PlacementSpec, one per mesh dim"
+
+
+@functools.lru_cache(maxsize=1024)  # a table of placement-list pairs, as ``_checked``
+def _checked_pair(
+    src: tuple[PlacementSpec, ...], dst: tuple[PlacementSpec, ...], mesh: tuple[int, ...], ndim: int
+) -> _Pair:
+    """The pair of placement lists, each checked and canonical (``check_placements``), and
+    the Partial targets checked against the sources: one lookup for the lists as given."""
+    src_t = check_placements(src, ndim, mesh, "source")
+    dst_t = check_placements(dst, ndim, mesh, "target")
     _check_partials(src_t, dst_t)
-    return _plan(shape_t, mesh_t, src_t, dst_t, joint)
+    return _pair(src_t, dst_t, mesh, ndim)
 
 
 # A pending reduction a target can start from a value every rank holds (torch's
@@ -155,15 +175,21 @@ def check_placements(
 ) -> tuple[PlacementSpec, ...]:
     """``ps`` canonical (shard dims non-negative, ``SS<d>:1`` as ``S<d>``), or ValueError
     naming the mesh dim, the placement and why."""
-    ps = _tuple(ps, f"{what} placements", "a sequence of PlacementSpec, one per mesh dim")
-    try:
-        ints = set(map(type, map(_DIM, ps))) | set(map(type, map(_SPLIT, ps))) <= _INT
-    except AttributeError:  # not PlacementSpecs: _checked names the first
-        ints = False
-    if ints:
+    ps = _tuple(ps, f"{what} placements", _PLACEMENTS)
+    if _plain(ps):
         return _checked(ps, ndim, mesh, what)
     # not ints (2.0 equals 2, so the table would answer for it): checked, not looked up
     return _checked.__wrapped__(ps, ndim, mesh, what)
+
+
+def _plain(ps: tuple[Any, ...]) -> bool:
+    """Whether every placement's dim and split factor is an int, so that a table keyed by
+    the placements answers only for equal ones (``2.0 == 2``); False for what is not a
+    PlacementSpec, which the checks then name."""
+    try:
+        return set(map(type, map(_DIM, ps))) | set(map(type, map(_SPLIT, ps))) <= _INT
+    except AttributeError:
+        return False
 
 
 # A table of placement lists (a program has a few dozen): what a list is, canonically, does
@@ -228,16 +254,9 @@ def _checked(
 
 
 @functools.lru_cache(maxsize=4096)
-def _plan(
-    shape: tuple[int, ...],
-    mesh: tuple[int, ...],
-    src: tuple[PlacementSpec, ...],
-    dst: tuple[PlacementSpec, ...],
-    joint: bool,
-) -> Plan:
+def _plan(shape: tuple[int, ...], pair: _Pair, joint: bool) -> Plan:
     """The plan, once per shape: an even shape's is its unit plan scaled (``_Pair.units``),
-    any other's is built."""
-    pair = _pair(src, dst, mesh, len(shape))
+    any other's is built. (Keyed by the pair's table entry, which hashes by identity.)"""
     if all(map(_multiple, shape, pair.units)):
         return _scaled(pair.unit_plan(joint), shape)
     return _build(shape, pair, joint)
