@@ -369,10 +369,14 @@ class DimLabels:
             full = self.counts(self.slots)
             # the (labels at slots, labels at sources) that occur: per holder, its senders
             pairs = set(zip(map(at, full), map(src, full), strict=True))
-            # per holder, how many senders (one holder, the whole dim, when slots is empty)
-            many: dict[tuple[int, ...], int] = (
-                collections.Counter(map(_FIRST, pairs)) if slots else {(): len(pairs)}
-            )
+            # per holder, how many senders (one holder, the whole dim, when slots is empty;
+            # counted in a loop: a handful of pairs, where a Counter costs more to make)
+            many: dict[tuple[int, ...], int] = {}
+            if slots:
+                for holder, _ in pairs:
+                    many[holder] = many.get(holder, 0) + 1
+            else:
+                many[()] = len(pairs)
             mine = map(pairs.__contains__, zip(ranks.keys(slots), ranks.keys(sources), strict=True))
             each = list(
                 zip(map(many.get, ranks.keys(slots), itertools.repeat(0)), mine, strict=True)
