@@ -151,10 +151,9 @@ def _spans(mesh: DeviceMesh, world: Any) -> bool:
     return mesh.size() == dist.get_world_size(world)
 
 
-@functools.lru_cache(maxsize=4096)
-def _planned(current: DTensorSpec, target: DTensorSpec, joint: bool) -> Plan | None:
-    """The plan, or None where torch's own function must run. Cached by the two specs:
-    what decides the plan (mesh, placements, global shape) is in them."""
+def _plan_of(current: DTensorSpec, target: DTensorSpec, joint: bool) -> Plan | None:
+    """The plan, or None where torch's own function must run (the planner's own tables
+    make a size seen before cheap: what is left is reading the specs)."""
     if current.mesh != target.mesh:
         return None
     src, dst = _placements(current), _placements(target)
@@ -162,6 +161,12 @@ def _planned(current: DTensorSpec, target: DTensorSpec, joint: bool) -> Plan | N
         return None
     mesh = _mesh_shape(current.mesh)
     return plan_redistribution(tuple(current.shape), mesh, src, dst, joint=joint)
+
+
+# The plans executions ask for, cached by the two specs (what decides the plan: mesh,
+# placements, global shape, are in them). Pricing reads ``_plan_of`` directly: its own table
+# keeps the price, and an op's strategies price many pairs for each one that runs.
+_planned = functools.lru_cache(maxsize=4096)(_plan_of)
 
 
 # --------------------------------------------------------------------------------- execution
@@ -300,7 +305,7 @@ def _priced(current: DTensorSpec, target: DTensorSpec, world: Any) -> float | No
     if not (_concrete(current) and _concrete(target)):
         return None
     try:
-        plan = _planned(current, target, world is not None and _spans(current.mesh, world))
+        plan = _plan_of(current, target, world is not None and _spans(current.mesh, world))
     except ValueError:
         return float("inf")  # a pair the planner refuses is never the cheaper strategy
     if plan is None:
