@@ -28,8 +28,9 @@ of the global tensor, with the source's pending reductions carried out exactly o
 Beside them, ``test_even_shapes_plan_as_their_unit_scaled`` (2,000 seeded cases, and a
 hypothesis twin): the same placements on shapes whose every dim is a multiple of its unit
 (``plan._Pair.units``), where a plan is the unit plan scaled; it must equal, field by field, the
-plan built for the shape itself. (Tiers 1 and 2 run such scaled plans on every rank too: a
-small even shape plans through its unit.)
+plan built from labels computed for the shape itself; so must a plan on a shape whose dims are
+multiples of their units only in part, whose multiples are labelled by their unit dims scaled.
+(Tiers 1 and 2 run such plans on every rank too: a small even shape plans through its unit.)
 
 A failing case prints as ``(shape) on (mesh): [src] -> [dst]`` (and `` joint=False``); paste
 it into ``Case.parse`` to reproduce (``redistribute_sim.py``; ``dataclasses.replace(case,
@@ -53,6 +54,7 @@ from torch.distributed.tensor.debug import CommDebugMode
 
 from bench.redistribute_bench import simulated_world
 from cute_shard.redistribute import check_placements, physical_limit, plan_redistribution, transfers
+from cute_shard.redistribute import labels as labels_module
 from cute_shard.redistribute import plan as plan_module
 from cute_shard.redistribute.execute import Group, execute
 from cute_shard.redistribute.types import Plan
@@ -180,19 +182,32 @@ def test_hypothesis_cases(seed: int) -> None:
 EVEN_CASES = 2000
 
 
+def fresh_build(shape: tuple[int, ...], pair: object, joint: bool) -> Plan:
+    """The plan built from labels computed for ``shape`` itself, dim by dim, none read off a
+    unit dim's: what a scaled plan, and a plan with scaled dims, must equal."""
+    fresh = labels_module.dim_labels.__wrapped__
+    dims = tuple(map(fresh, shape, *pair.levels))  # type: ignore[attr-defined]
+    return plan_module._build(shape, pair, joint, dims)  # type: ignore[arg-type]
+
+
 def check_scaled(case: Case, rng: random.Random) -> None:
     """The case's placements on a shape whose every dim is a multiple of its unit
     (``plan._Pair.units``: every torch.chunk exact): the plan, read off the unit plan, equals in
-    every field (each dim's cuts and runs too) the plan built for that shape itself."""
+    every field (each dim's cuts and runs too) the plan built from fresh labels. And on a shape
+    whose dims are multiples of their units only in part (the others the case's own sizes), a
+    plan whose multiples' labels are their unit dims' scaled equals the fresh one too."""
     ndim = len(case.shape)
     src = check_placements(case.src, ndim, case.mesh, "source")
     dst = check_placements(case.dst, ndim, case.mesh, "target")
     pair = plan_module._pair(src, dst, case.mesh, ndim)
-    shape = tuple(u * rng.choice((1, 1, 2, 3, 5)) for u in pair.units)
-    plan = plan_redistribution(shape, case.mesh, src, dst, joint=case.joint)
-    built = plan_module._build(shape, pair, case.joint)
-    assert plan == built, f"{shape} on {case.mesh}: {src} -> {dst}: {plan} != {built}"
-    assert [d.segments for d in plan.dims] == [d.segments for d in built.dims], f"{shape}: runs"
+    even = tuple(u * rng.choice((1, 1, 2, 3, 5)) for u in pair.units)
+    mixed = tuple(e if rng.random() < 0.5 else n for e, n in zip(even, case.shape, strict=True))
+    for shape in (even, mixed):
+        plan = plan_redistribution(shape, case.mesh, src, dst, joint=case.joint)
+        built = fresh_build(shape, pair, case.joint)
+        assert plan == built, f"{shape} on {case.mesh}: {src} -> {dst}: {plan} != {built}"
+        assert [d.segments for d in plan.dims] == [d.segments for d in built.dims], f"{shape}"
+        assert [d.counts(d.slots) for d in plan.dims] == [d.counts(d.slots) for d in built.dims]
 
 
 def test_even_shapes_plan_as_their_unit_scaled() -> None:

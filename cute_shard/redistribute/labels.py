@@ -294,7 +294,11 @@ class DimLabels:
         length of a rank's part of this dim in a state constrained by exactly ``slots``."""
         memo = self._memo.get(slots)
         if memo is None:
-            if slots == self.source:  # one side's: from its levels alone
+            unit = self._memo.get(_UNIT)
+            if unit is not None:  # a unit dim's scaled: its counts, k times each
+                of, k = cast("tuple[DimLabels, int]", unit)
+                out = {lab: n * k for lab, n in of.counts(slots).items()}
+            elif slots == self.source:  # one side's: from its levels alone
                 out = _tally(self.size, self.levels[0])
             elif slots == self.target:
                 out = _tally(self.size, self.levels[1])
@@ -321,8 +325,16 @@ class DimLabels:
         key = (slots, ranks.mesh)
         memo = self._memo.get(key)
         if memo is None:
+            unit = self._memo.get(_UNIT)
             if not slots:
                 memo = self.size
+            elif unit is not None:  # a unit dim's scaled: its lengths, k times each
+                of, k = cast("tuple[DimLabels, int]", unit)
+                lengths = of.per_rank(slots, ranks)
+                if isinstance(lengths, int):
+                    memo = lengths * k
+                else:
+                    memo = tuple([n * k for n in lengths])
             else:
                 each = tuple(map(self.counts(slots).get, ranks.keys(slots), _ZEROS))
                 memo = each[0] if each.count(each[0]) == len(each) else each
@@ -364,6 +376,9 @@ class DimLabels:
         own coordinates are one of them; per rank, or one pair when every rank's is the same."""
         key = ("senders", slots, sources, ranks.mesh)
         memo = self._memo.get(key)
+        if memo is None and _UNIT in self._memo:  # a unit dim's scaled: the same labels meet
+            of, _ = cast("tuple[DimLabels, int]", self._memo[_UNIT])
+            memo = self._memo[key] = of.senders(slots, sources, ranks)
         if memo is None:
             at, src = getter(self.index(slots)), getter(self.index(sources))
             full = self.counts(self.slots)
@@ -387,7 +402,9 @@ class DimLabels:
 
     def scaled(self, k: int) -> DimLabels:
         """This dim at ``k`` times its size, every cut ``k`` times further along: the labels
-        of a size on which every torch.chunk is exact, at a multiple of it (``k >= 1``)."""
+        of a size on which every torch.chunk is exact, at a multiple of it (``k >= 1``). What
+        it is asked is read off this dim's answers, computed once for every multiple: its
+        segments and counts scaled, the same labels meeting (``senders``)."""
         if k == 1:
             return self
         out = DimLabels(self.size * k, self.slots, self.source, self.target, self.levels)

@@ -259,7 +259,7 @@ def _plan(shape: tuple[int, ...], pair: _Pair, joint: bool) -> Plan:
     any other's is built. (Keyed by the pair's table entry, which hashes by identity.)"""
     if all(map(_multiple, shape, pair.units)):
         return _scaled(pair.unit_plan(joint), shape)
-    return _build(shape, pair, joint)
+    return _build(shape, pair, joint, _labelled(shape, pair))
 
 
 def _multiple(n: int, unit: int) -> bool:
@@ -269,7 +269,8 @@ def _multiple(n: int, unit: int) -> bool:
 class _Pair:
     """What a pair of placement lists on a mesh decides for every tensor of ``ndim`` dims,
     whatever its sizes: each tensor dim's levels on both sides, what each mesh dim does, the
-    units, and (filled as the sizes ask for them) the plan's shapes and the unit plans. One
+    units and each dim's labels at its unit (``unit_dims``), and (filled as the sizes ask for
+    them) the plan's shapes and the unit plans. One
     table entry per pair (``_pair``): a program has a few dozen, and a plan looks its pair
     up once.
 
@@ -284,7 +285,17 @@ class _Pair:
     4 * 18) = 72 (source) and 4 (target), so 72; d1, sharded by the target's m2 alone, 2.
     """
 
-    __slots__ = ("_shapes", "_unit_plans", "dst", "kinds", "levels", "mesh", "src", "units")
+    __slots__ = (
+        "_shapes",
+        "_unit_plans",
+        "dst",
+        "kinds",
+        "levels",
+        "mesh",
+        "src",
+        "unit_dims",
+        "units",
+    )
 
     def __init__(
         self,
@@ -297,6 +308,9 @@ class _Pair:
         self.levels = (_levels(src, mesh, ndim), _levels(dst, mesh, ndim))
         self.kinds = _kinds(src, dst, mesh)
         self.units = tuple(map(math.lcm, map(_unit, self.levels[0]), map(_unit, self.levels[1])))
+        # each dim's labels at its unit: a dim of a multiple of it is these scaled, whatever
+        # the other dims' sizes (their answers are computed once, as the sizes ask)
+        self.unit_dims = tuple(map(dim_labels, self.units, *self.levels))
         self._shapes: dict[tuple[tuple[int, ...], bool], _Shape] = {}
         self._unit_plans: dict[bool, Plan] = {}
 
@@ -312,7 +326,7 @@ class _Pair:
         """The plan of the unit shape, which every even shape's plan scales."""
         out = self._unit_plans.get(joint)
         if out is None:
-            out = self._unit_plans[joint] = _build(self.units, self, joint)
+            out = self._unit_plans[joint] = _build(self.units, self, joint, self.unit_dims)
         return out
 
 
@@ -373,10 +387,24 @@ def _scaled(unit: Plan, shape: tuple[int, ...]) -> Plan:
     )
 
 
-def _build(shape: tuple[int, ...], pair: _Pair, joint: bool) -> Plan:
-    """The plan, built from each dim's labels and the plan's shape (``_Pair.skeleton``)."""
+def _labelled(shape: tuple[int, ...], pair: _Pair) -> tuple[DimLabels, ...]:
+    """Each dim's labels: a dim of a multiple of its unit is its unit dim scaled
+    (``_Pair.unit_dims``, whose answers serve every multiple), so only the dims some chunk
+    cuts unevenly are labelled afresh."""
+    return tuple(
+        [
+            unit.scaled(n // u) if _multiple(n, u) else dim_labels(n, a, b)
+            for n, u, unit, a, b in zip(
+                shape, pair.units, pair.unit_dims, *pair.levels, strict=True
+            )
+        ]
+    )
+
+
+def _build(shape: tuple[int, ...], pair: _Pair, joint: bool, dims: tuple[DimLabels, ...]) -> Plan:
+    """The plan, built from each dim's labels (``dims``) and the plan's shape
+    (``_Pair.skeleton``)."""
     src, mesh = pair.src, pair.mesh
-    dims = tuple(map(dim_labels, shape, *pair.levels))
     # which shards of one dim to another of the same dim keep their owners: that alone
     # depends on the sizes; the rest of the plan's shape is a table of the placements
     keep = tuple([m for m in pair.kinds.same_dim if _same_owner(dims[src[m].dim], m)])

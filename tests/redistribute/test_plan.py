@@ -26,6 +26,7 @@ from cute_shard.redistribute import (
     plan_redistribution,
     transfers,
 )
+from cute_shard.redistribute import labels as labels_mod
 from cute_shard.redistribute import plan as plan_mod
 from cute_shard.redistribute.labels import dim_runs
 from property_tests.redistribute_sim import (
@@ -533,7 +534,8 @@ def test_an_even_shape_plans_as_its_unit_scaled(
     case = Case.parse(shape, mesh, src, dst)
     plan = run(case)
     pair = plan_mod._pair(plan.src, plan.dst, mesh, len(shape))
-    built = plan_mod._build(shape, pair, True)
+    fresh = tuple(map(labels_mod.dim_labels.__wrapped__, shape, *pair.levels))
+    built = plan_mod._build(shape, pair, True, fresh)
     assert plan == built
     assert [d.segments for d in plan.dims] == [d.segments for d in built.dims]
     assert plan.shape != pair.units
