@@ -729,10 +729,11 @@ def clear_ours() -> None:
     ``MeshTopoInfo`` does: the per-mesh tables (``labels.mesh_ranks``, a mesh's shape and
     group, a step's link costs) and the planner's tables of placement lists (a list's
     canonical form, each tensor dim's levels and slots, what each mesh dim does, the plan's
-    shape: its moves, states and steps; the dims' units and the unit plan every even shape
-    scales). A program fills them once per mesh or pair of placement lists, whatever its
-    sizes: a new sequence length every step plans cold, and an even one is the unit plan
-    scaled. ``clear_first_sight`` empties the placement tables too."""
+    shape: its moves, states and steps; the dims' units, each dim's labels at its unit, which
+    a dim of any multiple of it reads scaled, and the unit plan every even shape scales). A
+    program fills them once per mesh or pair of placement lists, whatever its sizes: a new
+    sequence length every step plans cold, and an even one is the unit plan scaled.
+    ``clear_first_sight`` empties the placement tables too."""
     ours_dtensor.cache_clear(tables=False)
     for module, names in ((ours_plan, ("_plan",)), (ours_labels, ("dim_labels", "dim_runs"))):
         for name in names:
