@@ -50,7 +50,7 @@ from torch.distributed.tensor.placement_types import Partial, Replicate, Shard, 
 
 from ..notation import PlacementSpec
 from .execute import Group, execute
-from .plan import plan_redistribution
+from .plan import plan_of_tuples
 from .types import Kind, Plan, Step
 
 __all__ = [
@@ -160,7 +160,7 @@ def _plan_of(current: DTensorSpec, target: DTensorSpec, joint: bool) -> Plan | N
     if src is None or dst is None:
         return None
     mesh = _mesh_shape(current.mesh)
-    return plan_redistribution(tuple(current.shape), mesh, src, dst, joint=joint)
+    return plan_of_tuples(tuple(current.shape), mesh, src, dst, joint)
 
 
 # The plans executions ask for, cached by the two specs (what decides the plan: mesh,

@@ -54,7 +54,7 @@ from ..notation import REDUCE_OPS, PlacementSpec
 from .labels import DST, SRC, DimLabels, Ranks, Slot, dim_labels, mesh_ranks, side
 from .types import Kind, Move, Plan, State, Step
 
-__all__ = ["check_placements", "physical_limit", "plan_redistribution"]
+__all__ = ["check_placements", "physical_limit", "plan_of_tuples", "plan_redistribution"]
 
 
 def plan_redistribution(
@@ -83,10 +83,24 @@ def plan_redistribution(
         _tuple(dst, "target placements", _PLACEMENTS),
     )
     if _plain(both[0] + both[1]):
-        pair = _checked_pair(*both, mesh_t, len(shape_t))
-    else:  # (not ints where ints belong: checked, not looked up, as ``check_placements``)
-        pair = _checked_pair.__wrapped__(*both, mesh_t, len(shape_t))
-    return _plan(shape_t, pair, joint)
+        return plan_of_tuples(shape_t, mesh_t, *both, joint)
+    # (not ints where ints belong: checked, not looked up, as ``check_placements``)
+    return _plan(shape_t, _checked_pair.__wrapped__(*both, mesh_t, len(shape_t)), joint)
+
+
+def plan_of_tuples(
+    shape: tuple[int, ...],
+    mesh: tuple[int, ...],
+    src: tuple[PlacementSpec, ...],
+    dst: tuple[PlacementSpec, ...],
+    joint: bool,
+) -> Plan:
+    """``plan_redistribution`` for a caller whose arguments are already what it checks the
+    types of: the DTensor side, which reads them off torch's specs (a shape of ints >= 0, a
+    mesh of ints >= 1, PlacementSpecs whose dims and split factors are ints). The placements
+    themselves are still checked (a dim the tensor lacks, a split factor < 1, a Partial
+    target that cannot start), by the pair's table."""
+    return _plan(shape, _checked_pair(src, dst, mesh, len(shape)), joint)
 
 
 _PLACEMENTS = "a sequence of PlacementSpec, one per mesh dim"

@@ -404,6 +404,21 @@ def test_cost_of_symbolic_sizes_and_other_meshes_is_torchs(torch_cost: Any) -> N
         assert rd.redistribute_cost(src, dst) == 0.0
 
 
+def test_a_spec_naming_a_dim_the_tensor_lacks_is_refused_by_name() -> None:
+    """The DTensor side hands the planner what it read off torch's specs, unchecked for types
+    (``plan_of_tuples``), but the placements are still checked: a Shard of a dim the tensor
+    lacks is a ValueError naming the mesh dim and the placement, and it is never the cheaper
+    strategy."""
+    with fake_world(8):
+        mesh = init_device_mesh("cpu", (2, 4))
+        good = _spec(mesh, [Shard(0), Shard(1)], (16, 32))
+        bad = _spec(mesh, [Shard(0), Shard(2)], (16, 32))
+        for src, dst, what in [(good, bad, "target"), (bad, good, "source")]:
+            with pytest.raises(ValueError, match=f"{what} placement S2 on mesh dim 1"):
+                rd.plan_for_specs(src, dst)
+            assert rd.redistribute_cost(src, dst) == math.inf
+
+
 def test_cost_is_keyed_by_the_default_group() -> None:
     """A price depends on whether one collective may span several mesh dims, which the default
     group decides (``_joint``): priced before and after the group exists, each is right."""
