@@ -28,7 +28,9 @@ every torch.chunk of both shardings is exact, and at any multiple of it every cu
 rank's count of elements is the unit's scaled; so the plan of a shape that is a multiple of
 its units dim by dim is the unit shape's plan (kept with the pair's other tables, ``_pair``)
 with its counts scaled (``_scaled``). A new even sequence length costs a lookup and a product;
-other shapes are built.
+other shapes are built, and in them a dim that is a multiple of its unit reads the labels of
+its unit dim (``_Pair.unit_dims``) scaled, so only the dims some chunk cuts unevenly are
+labelled afresh.
 
 The exchange is one collective over several mesh dims when the caller has a process group for
 them (``joint=True``; the DTensor integration asks the mesh); without one, it moves one mesh
