@@ -128,7 +128,7 @@ def plan_for_specs(current: DTensorSpec, target: DTensorSpec) -> Plan:
 
 
 def _plan_or_none(current: DTensorSpec, target: DTensorSpec) -> Plan | None:
-    if not (_concrete(current) and _concrete(target)):
+    if current.mesh != target.mesh or not (_concrete(current) and _concrete(target)):
         return None
     return _planned(current, target, _spans_world(current.mesh))
 
@@ -152,10 +152,9 @@ def _spans(mesh: DeviceMesh, world: Any) -> bool:
 
 
 def _plan_of(current: DTensorSpec, target: DTensorSpec, joint: bool) -> Plan | None:
-    """The plan, or None where torch's own function must run (the planner's own tables
-    make a size seen before cheap: what is left is reading the specs)."""
-    if current.mesh != target.mesh:
-        return None
+    """The plan of two specs on one mesh (the callers check that), or None where torch's
+    own function must run (the planner's own tables make a size seen before cheap: what is
+    left is reading the specs)."""
     src, dst = _placements(current), _placements(target)
     if src is None or dst is None:
         return None
@@ -316,7 +315,10 @@ def _priced(current: DTensorSpec, target: DTensorSpec, world: Any) -> float | No
         return 0.0
     itemsize = current.tensor_meta.dtype.itemsize if current.tensor_meta is not None else 4
     mesh = current.mesh
-    return sum(_step_cost(step, itemsize, mesh) for step in plan.steps)
+    cost = 0.0
+    for step in plan.steps:
+        cost += _step_cost(step, itemsize, mesh)
+    return cost
 
 
 @functools.lru_cache(maxsize=1024)  # a table of placement-list pairs
