@@ -130,7 +130,7 @@ def plan_for_specs(current: DTensorSpec, target: DTensorSpec) -> Plan:
 def _plan_or_none(current: DTensorSpec, target: DTensorSpec) -> Plan | None:
     if current.mesh != target.mesh or not (_concrete(current) and _concrete(target)):
         return None
-    return _planned(current, target, _spans_world(current.mesh))
+    return _planned(current, target, _spans_world(current.mesh, dist.group.WORLD))
 
 
 def _concrete(spec: DTensorSpec) -> bool:
@@ -140,9 +140,9 @@ def _concrete(spec: DTensorSpec) -> bool:
     return meta is not None and set(map(type, meta.shape)) <= _INT
 
 
-def _spans_world(mesh: DeviceMesh) -> bool:
-    """Whether the mesh holds every rank of the default group (see ``_joint``)."""
-    world = dist.group.WORLD  # (None until the default group is initialized)
+def _spans_world(mesh: DeviceMesh, world: Any) -> bool:
+    """Whether the mesh holds every rank of the default group ``world`` (``dist.group.WORLD``,
+    None until it is initialized; see ``_joint``)."""
     return world is not None and _spans(mesh, world)
 
 
@@ -304,7 +304,7 @@ def _priced(current: DTensorSpec, target: DTensorSpec, world: Any) -> float | No
     if not (_concrete(current) and _concrete(target)):
         return None
     try:
-        plan = _plan_of(current, target, world is not None and _spans(current.mesh, world))
+        plan = _plan_of(current, target, _spans_world(current.mesh, world))
     except ValueError:
         return float("inf")  # a pair the planner refuses is never the cheaper strategy
     if plan is None:
