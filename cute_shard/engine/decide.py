@@ -168,10 +168,10 @@ def place(group: Group, states: list[State], d: int, sf: Any, m: int) -> Placed 
     hits: list[Any] = []
     try:
         for state in states:
-            ins, outs, empty = state
-            if empty:
+            if state.empty:
                 hits.append(None)
                 continue
+            ins = state.ins
             length = ins[ax]
             inner: Size = 1
             for x in ins[ax + 1 :]:
@@ -180,7 +180,7 @@ def place(group: Group, states: list[State], d: int, sf: Any, m: int) -> Placed 
             if r is CONST:
                 hits.append(CONST)
                 continue
-            hit: Any = _locate(r, m, out_dims, outs)
+            hit: Any = _locate(r, m, out_dims, state.outs)
             if hit is None:
                 kind = FailKind.UNEVEN if length % (sf * m) else FailKind.STRADDLE
                 hit = Fail(kind, group, state)
@@ -198,7 +198,7 @@ def place(group: Group, states: list[State], d: int, sf: Any, m: int) -> Placed 
             if type(hit) is not Placed:
                 continue
             if found == -1:
-                found, lo, hi = hit
+                found, lo, hi = hit.axis, hit.lo, hit.hi
                 continue
             if hit.axis != found:
                 return Fail(FailKind.SPLIT, group, states[i])
@@ -250,16 +250,17 @@ def split_states(states: list[State], cut: Cut) -> list[State]:
     """The states after a kept mesh dim's ``cut``: each state's ranks, by their coordinate on
     it. An even step divides a state's lengths in place; an uneven one makes a state per
     distinct share (raising :class:`SymbolicStep` where that share is symbolic)."""
-    ax, sf, k, sf_out, m = cut
+    ax, sf, k = cut.in_axis, cut.split_factor, cut.out_axis
+    sf_out, m = cut.out_split_factor, cut.mesh_size
     if len(states) == 1:  # the common case: one state, an even step divides it in place
-        ins, outs, _ = states[0]
+        ins, outs = states[0].ins, states[0].outs
         if not ins[ax] % (sf * m) and not outs[k] % (sf_out * m):
             ins[ax] = ins[ax] // m
             outs[k] = outs[k] // m
             return states
     out: list[State] = []
     for state in states:
-        ins, outs, empty = state
+        ins, outs, empty = state.ins, state.outs, state.empty
         length, length_out = ins[ax], outs[k]
         if not length % (sf * m) and not length_out % (sf_out * m):  # even: one state
             ins[ax] = length // m

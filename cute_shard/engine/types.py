@@ -15,6 +15,10 @@ is read as ``(Sharded(0, 1), Sharded(1, 1))``; the plan is one view group, input
 ``State([4, 16, 32], [64, 32], False)``; mesh dim 1 is ``Placed(axis=0, lo=4, hi=4)``
 (``_StridedShard(0, 4)``).
 
+The ones made per placement (``State``, ``Placed``, ``Moved``, ``Cut``) are slotted classes
+read by attribute: a NamedTuple is made through a Python-level ``__new__`` and costs about
+1.7x as much to make, and twice as much to read a field of.
+
 These types sit below every algorithm of the engine (``decide.py``, ``plan.py``,
 ``solve.py``, ``symbolic.py``, ``errors.py``), so none of those imports another for its data.
 """
@@ -86,13 +90,20 @@ class FailKind(enum.Enum):
     NOWHERE = "nowhere"  # no output dim can hold it (the view drops its dim)
 
 
-class State(NamedTuple):
+class State:
     """Ranks that agree on the local lengths of a group's axes. ``ins`` and ``outs`` are
-    lists: an even step divides them in place (the state has one owner)."""
+    lists: an even step divides them in place (the state has one owner). ``empty``: no rank
+    of the state holds anything."""
 
-    ins: list[Size]
-    outs: list[Size]
-    empty: bool  # no rank of the state holds anything
+    __slots__ = ("empty", "ins", "outs")
+
+    def __init__(self, ins: list[Size], outs: list[Size], empty: bool) -> None:
+        self.ins = ins
+        self.outs = outs
+        self.empty = empty
+
+    def __repr__(self) -> str:
+        return f"State({self.ins}, {self.outs}, {self.empty})"
 
 
 class Fail:
@@ -112,33 +123,61 @@ class Fail:
         return f"Fail({self.kind.value})"
 
 
-class Placed(NamedTuple):
+class Placed:
     """A mesh dim placed in a group: on output ``axis``, by any split factor in ``[lo, hi]``
     (``hi`` None: no bound). The smallest is the answer. (``solve`` reads it in output dims:
     ``axis`` the output dim, a dim moved whole ``Placed(o, sf, sf)``, its own split factor.)"""
 
-    axis: int
-    lo: Size
-    hi: Size | None
+    __slots__ = ("axis", "hi", "lo")
+
+    def __init__(self, axis: int, lo: Size, hi: Size | None) -> None:
+        self.axis = axis
+        self.lo = lo
+        self.hi = hi
+
+    def __repr__(self) -> str:
+        return f"Placed(axis={self.axis}, lo={self.lo}, hi={self.hi})"
 
 
-class Moved(NamedTuple):
+class Moved:
     """A mesh dim that must move (its output is Replicate): the tensor dim it shards, why."""
 
-    mesh_dim: int
-    tensor_dim: int
-    fail: Fail
+    __slots__ = ("fail", "mesh_dim", "tensor_dim")
+
+    def __init__(self, mesh_dim: int, tensor_dim: int, fail: Fail) -> None:
+        self.mesh_dim = mesh_dim
+        self.tensor_dim = tensor_dim
+        self.fail = fail
+
+    def __repr__(self) -> str:
+        return f"Moved(mesh_dim={self.mesh_dim}, tensor_dim={self.tensor_dim}, {self.fail})"
 
 
-class Cut(NamedTuple):
+class Cut:
     """What a kept mesh dim (size ``mesh_size``) does to a group's states: input axis
     ``in_axis`` chunked by ``split_factor``, output axis ``out_axis`` by ``out_split_factor``."""
 
-    in_axis: int
-    split_factor: Size
-    out_axis: int
-    out_split_factor: Size
-    mesh_size: int
+    __slots__ = ("in_axis", "mesh_size", "out_axis", "out_split_factor", "split_factor")
+
+    def __init__(
+        self,
+        in_axis: int,
+        split_factor: Size,
+        out_axis: int,
+        out_split_factor: Size,
+        mesh_size: int,
+    ) -> None:
+        self.in_axis = in_axis
+        self.split_factor = split_factor
+        self.out_axis = out_axis
+        self.out_split_factor = out_split_factor
+        self.mesh_size = mesh_size
+
+    def __repr__(self) -> str:
+        return (
+            f"Cut({self.in_axis}, {self.split_factor}, {self.out_axis}, "
+            f"{self.out_split_factor}, {self.mesh_size})"
+        )
 
 
 def inward(sizes: Sequence[Size]) -> Iterator[tuple[int, Size, Size]]:
