@@ -194,7 +194,7 @@ def parse_case(
     ``strict`` asks for view semantics on an op that is not strict anyway.
     """
     sizes = parse_sizes(shape, "--shape")
-    mesh_sizes = parse_sizes(mesh, "--mesh")
+    mesh_sizes = parse_sizes(mesh, "--mesh", least=1)
     if not mesh_sizes:
         raise ValueError("--mesh: expected at least one mesh dim, e.g. 2,4")
     if dtype not in DTYPES:

@@ -82,15 +82,20 @@ DTYPES: dict[str, int] = {
 }  # fmt: skip
 
 
-def parse_sizes(text: str, what: str, *, allow_minus_one: bool = False) -> tuple[int, ...]:
-    """``"8,16,32"`` (or ``"(8,16,32)"``) as ints; ValueError unless every size is >= 1.
+def parse_sizes(
+    text: str, what: str, *, allow_minus_one: bool = False, least: int = 0
+) -> tuple[int, ...]:
+    """``"8,16,32"`` (or ``"(8,16,32)"``) as ints; ValueError unless every size is >= ``least``
+    (0: a tensor may be empty; a mesh's sizes are read with ``least=1``).
 
     ``allow_minus_one`` admits ``-1`` (a size torch infers).
     """
     sizes = parse_int_list(text, what)
     for i, n in enumerate(sizes):
-        if n < 1 and not (allow_minus_one and n == -1):
-            raise ValueError(f"{what}: sizes must be >= 1, got {n} at position {i} of {text!r}")
+        if n < least and not (allow_minus_one and n == -1):
+            raise ValueError(
+                f"{what}: sizes must be >= {least}, got {n} at position {i} of {text!r}"
+            )
     return sizes
 
 

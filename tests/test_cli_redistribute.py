@@ -268,7 +268,8 @@ BAD = [
     ("mesh mismatch", ["8", "2,2", "S0,S0", "S0"], "--to: got 1 placements for a mesh of 2"),
     ("dim out of range", ["8", "2", "S1", "S0"], "--from: S1 shards dim 1, out of range"),
     ("split factor 0", ["8", "2", "S0", "SS0:0"], "--to: SS0:0: split factor must be >= 1"),
-    ("zero size", ["8,0", "2", "S0", "S1"], "--shape: sizes must be >= 1"),
+    ("zero mesh size", ["8", "2,0", "S0,R", "S0,R"], "--mesh: sizes must be >= 1"),
+    ("negative size", ["8,-1", "2", "S0", "S1"], "--shape: sizes must be >= 0"),
     ("empty mesh", ["8", "", "S0", "S0"], "--mesh: expected at least one mesh dim"),
     ("not a number", ["8,x", "2", "S0", "S0"], "--shape: expected comma-separated integers"),
 ]
@@ -284,6 +285,29 @@ def test_bad_arguments_are_one_line_and_torch_free(args: list[str], fragment: st
     assert r.stdout.split() == ["2", "False"], r.stderr
     [line] = r.stderr.splitlines()
     assert line.startswith("cute-shard redistribute: error: ") and fragment in line, line
+
+
+@pytest.mark.parametrize(
+    ("shape", "src", "dst", "why"),
+    [
+        ("0,8", "S0,S0", "S1,R", "from"),  # the source shards the empty dim
+        ("0", "P", "S0", "to"),  # a pending sum scattered over an empty dim
+    ],
+)
+def test_an_empty_tensor_is_planned_and_says_why_it_has_no_layout(
+    shape: str, src: str, dst: str, why: str
+) -> None:
+    """A DTensor may have a dim of size 0 (its shards hold nothing): the command plans it (no
+    bytes move) and says why the sharding of the empty dim has no layout. It used to refuse
+    size 0, and placements_to_layout raised ZeroDivisionError on such a dim."""
+    r = run_cli(*argv(shape, "2,2" if "," in src else "4", src, dst, "--no-grid"))
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "no layout expresses this sharding (a sharded dim of size 0)" in out
+    assert "received       0 B by the busiest rank" in out
+    lines = out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith(f"{why} "))
+    assert lines[at + 1].strip().startswith("layout       none"), out
 
 
 def test_bad_arguments_exit_2_from_the_command() -> None:

@@ -211,6 +211,26 @@ def test_placements_to_layout_refuses_what_is_not_a_shape(
         cute_shard.placements_to_layout(shape, placements, mesh)
 
 
+@pytest.mark.parametrize(
+    ("shape", "placements"),
+    [
+        ((0, 8), [Shard(0)]),
+        ((0,), [_StridedShard(0, split_factor=2)]),
+        ((3, 0), [Shard(1), Shard(0)]),
+    ],
+)
+def test_placements_to_layout_of_a_sharded_empty_dim_is_none(
+    shape: tuple[int, ...], placements: list[Any]
+) -> None:
+    """A sharded dim of size 0 has no gpu sub-mode of M positions: no layout expresses it
+    (it used to raise ZeroDivisionError); an empty dim that no mesh dim shards keeps its
+    layout."""
+    mesh = (2,) * len(placements)
+    assert cute_shard.placements_to_layout(shape, placements, mesh) is None
+    kept = cute_shard.placements_to_layout((0, 8), [Shard(1)], (2,))
+    assert kept is not None and kept.global_shape == (0, 8)
+
+
 def test_placements_to_layout_reads_numpy_sizes_as_ints() -> None:
     np = pytest.importorskip("numpy")
     got = cute_shard.placements_to_layout((np.int64(8), 4), [Shard(0)], (2,))

@@ -118,6 +118,19 @@ def test_the_dtype_is_the_dtensors(capsys: pytest.CaptureFixture[str]) -> None:
     assert d == json.loads(_cli(capsys, [*argv, "--json", "--dtype", "bfloat16"]))
 
 
+def test_an_empty_dtensor_is_explained(capsys: pytest.CaptureFixture[str]) -> None:
+    """A DTensor with a sharded dim of size 0 (its shards hold nothing) is explained like any
+    other, as the command explains its sizes (reading its layout raised ZeroDivisionError)."""
+    x = make((0, 16), (2, 4), [S(0), S(1)])
+    ex = cute_shard.explain(x, "view", 16, 0, compare_torch=True)
+    assert ex.to_json()["oracle"]["valid"] is True  # type: ignore[index]
+    argv = _argv((0, 16), (2, 4), "S0,S1", "view", "16,0")
+    assert str(ex) + "\n" == _cli(capsys, [*argv, "--compare-torch"])
+    moved = cute_shard.explain(x, "redistribute", [R(), S(0)])
+    assert moved.plan.received == 0
+    assert "a sharded dim of size 0" in str(moved)
+
+
 def test_a_live_answer_is_valid_by_the_oracle() -> None:
     x = make((8, 16, 32), (2, 4), [S(0), S(1)])
     d = cute_shard.explain(x, "view", 128, 32, compare_torch=True).to_json()
@@ -169,7 +182,8 @@ BAD: list[tuple[str, object, tuple[object, ...], str]] = [
     ("too few", "transpose", (0,), "expected arguments DIM0 DIM1, got 1"),
     ("numel", "view", (100, 3), "has 300 elements but the input has 128"),
     ("dim range", "transpose", (0, 5), "dim1=5 is out of range"),
-    ("zero size", "view", (0, 128), "sizes must be >= 1"),
+    ("negative size", "view", (-2, 64), "sizes must be >= 0"),
+    ("empty", "view", (0, 128), "has 0 elements but the input has 128"),
 ]  # fmt: skip
 
 

@@ -128,9 +128,10 @@ def placements_to_layout(
     global_shape: Sequence[int], placements: Sequence[Placement], mesh_shape: Sequence[int]
 ) -> ShardedLayout | None:
     """The sharded layout of ``placements``, or None where a layout cannot express it (a carve
-    that does not divide evenly, or that cuts a leaf other than at a divisor, or a symbolic
-    size). ValueError for a shape that is not sizes (a negative one, or not an integer:
-    numpy's integers are the ints they equal) and for what ``parse_placements`` refuses."""
+    that does not divide evenly, or that cuts a leaf other than at a divisor, a sharded dim of
+    size 0, or a symbolic size). ValueError for a shape that is not sizes (a negative one, or
+    not an integer: numpy's integers are the ints they equal) and for what
+    ``parse_placements`` refuses."""
     shape = as_sequence(global_shape, "global_shape")
     mesh = as_sequence(mesh_shape, "mesh_shape")
     if not all(type(n) is int and n >= 0 for n in shape):
@@ -173,14 +174,15 @@ def carve(
     """``logical_divide`` of one dim's local sub-modes for one placement on ``mesh_dim``: along
     the local leaves, the fastest ``k = L/(sf*M)`` stay local, the next ``M`` become
     ``mesh_dim``'s gpu leaves, the slowest ``sf`` stay local. None when ``sf*M`` does not
-    divide ``L`` or a cut falls inside a leaf other than at a divisor."""
+    divide ``L``, a cut falls inside a leaf other than at a divisor, or the dim is empty (its
+    shards hold nothing: there is no sub-mode of ``M`` positions to make the gpu's)."""
     if mesh_size == 1:
         return leaves
     total = 1
     for s, mesh, _ in leaves:
         if mesh == LOCAL:
             total *= s
-    if total % (mesh_size * split_factor):
+    if not total or total % (mesh_size * split_factor):
         return None
     k = total // (mesh_size * split_factor)
     cuts = (k, k * mesh_size)

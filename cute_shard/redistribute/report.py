@@ -118,7 +118,7 @@ class Request:
 def parse_request(shape: str, mesh: str, src: str, dst: str, dtype: str = "float32") -> Request:
     """A ``Request`` from the command line's strings; ValueError names the first bad one."""
     sizes = parse_sizes(shape, "--shape")
-    mesh_sizes = parse_sizes(mesh, "--mesh")
+    mesh_sizes = parse_sizes(mesh, "--mesh", least=1)
     if not mesh_sizes:
         raise ValueError("--mesh: expected at least one mesh dim, e.g. 2,4")
     if dtype not in DTYPES:
@@ -272,8 +272,8 @@ def render_text(rep: RedistributionReport, *, grid: bool = True) -> list[str]:
         *row("redistribute", f"{tuple_text(r.shape)} from {placements_str(r.src)} to "
               f"{placements_str(r.dst)}"),
         *row("mesh", f"{tuple_text(r.mesh)}, {math.prod(r.mesh)} ranks, {r.dtype}"),
-        *_layout_rows("from", r.src, rep.src_layout),
-        *_layout_rows("to", r.dst, rep.dst_layout),
+        *_layout_rows("from", r.src, rep.src_layout, r.shape),
+        *_layout_rows("to", r.dst, rep.dst_layout, r.shape),
         *_move_rows(rep.plan),
         *_plan_rows(rep),
         *_limit_rows(rep),
@@ -285,9 +285,12 @@ def render_text(rep: RedistributionReport, *, grid: bool = True) -> list[str]:
     return lines
 
 
-def _layout_rows(label: str, placements: Placements, sl: ShardedLayout | None) -> list[str]:
+def _layout_rows(
+    label: str, placements: Placements, sl: ShardedLayout | None, shape: tuple[int, ...]
+) -> list[str]:
+    why = "(a sharded dim of size 0)" if 0 in shape else "(uneven shards)"
     return layout_rows(
-        label, placements, sl, "(uneven shards); the planner reads its runs of owners instead"
+        label, placements, sl, f"{why}; the planner reads its runs of owners instead"
     )
 
 
