@@ -342,6 +342,23 @@ def test_compare_torch_text_names_the_crash(capsys: pytest.CaptureFixture[str]) 
     assert "ours, oracle   valid: all 8 ranks match" in out
 
 
+@pytest.mark.parametrize(
+    "op", [["--op", "flatten"], ["--view", "-1"], ["--op", "reshape", "4,0,2"]]
+)
+def test_compare_torch_does_not_ask_torch_about_an_empty_view(
+    capsys: pytest.CaptureFixture[str], op: list[str]
+) -> None:
+    """torch's view_groups never returns for some shapes with a size-0 dim ((0, 8) -> (0,)
+    loops): on an empty shape it is not run, and the answer says so; ours is judged as
+    usual. (Asking it hung the command.)"""
+    argv = ["explain", "--shape", "0,8", "--mesh", "2,2", "--placements", "S0,S1", *op]
+    d = _explain_json(capsys, [*argv[1:], "--compare-torch"])
+    assert d["torch"]["error"].startswith("not asked: torch's view_groups never returns")
+    assert d["torch"]["output"] is None and d["oracle"]["valid"] is True
+    code, out, _ = run_main(capsys, *argv, "--compare-torch", "--no-grid")
+    assert code == 0 and f"torch {TORCH}".ljust(15) + "not asked: " in out
+
+
 # --------------------------------------------------------------------------------------------
 # --png
 
