@@ -416,20 +416,35 @@ def _whole(x: torch.Tensor) -> Box:
 
 
 def _take(x: torch.Tensor, ranges: Box) -> torch.Tensor:
-    """The box of ``x`` at ``ranges`` (per dim), as a new contiguous tensor."""
+    """The box of ``x`` at ``ranges`` (per dim), as a new tensor dense in ``x``'s order of
+    dims (contiguous for a contiguous ``x``), as torch's chunk clones a shard. The DTensor's
+    global strides keep that order, and a later local ``view`` (a reshape torch decides by
+    the global strides) needs the local tensor to follow them: a row-major box of a
+    transposed ``x`` is not viewable where the global tensor is."""
     lengths = _lengths(ranges)
     if lengths == tuple(x.shape):
-        return x.contiguous()
+        return _dense(x)
     if not math.prod(lengths):
         return x.new_empty(lengths)
     for d, r in enumerate(ranges):
         if len(r) == 1:
             x = x.narrow(d, r[0][0], r[0][1] - r[0][0])
     if all(len(r) <= 1 for r in ranges):
-        return x.contiguous()
-    out = x.new_empty(lengths)
+        return _dense(x)
+    if x.is_contiguous():
+        out = x.new_empty(lengths)
+    else:  # dense in x's order of dims: allocated in that order, then viewed back
+        strides = x.stride()
+        order = sorted(range(x.dim()), key=lambda d: -strides[d])
+        back = sorted(range(x.dim()), key=order.__getitem__)
+        out = x.new_empty([lengths[d] for d in order]).permute(back)
     _put_from(out, x, ranges)
     return out
+
+
+def _dense(x: torch.Tensor) -> torch.Tensor:
+    """``x`` if contiguous, else a copy dense in its order of dims (``preserve_format``)."""
+    return x if x.is_contiguous() else x.clone(memory_format=torch.preserve_format)
 
 
 def _put_from(out: torch.Tensor, x: torch.Tensor, ranges: Box) -> None:

@@ -264,6 +264,24 @@ def test_from_local_backward_redistributes_the_gradient(seen: Seen) -> None:
     assert ((Replicate(), Replicate()), tuple(pa), False) in seen.calls
 
 
+@pytest.mark.parametrize("mode", ["methods", "dispatcher"])
+def test_a_gradient_chunked_from_a_transposed_tensor_is_viewed_back(mode: str) -> None:
+    """A random program (seed 300558 of ``dtensor_programs``): (8, 8, 12, 3) ``[Shard(0)]`` on
+    8 ranks, reshaped, transposed, viewed, redistributed to ``[Shard(2)]``, transposed and
+    permuted. In the backward the gradient of the redistribution is chunked from a
+    transposed replicated tensor, then viewed back through the transposes: the chunk must keep
+    the local tensor's order of dims (as torch's does), or the last local view fails. Output
+    and gradient equal the one-process program's on every rank, in both modes."""
+    from property_tests.dtensor_programs import random_program, run_program
+
+    cute_shard.install(reshape_may_copy=mode)  # type: ignore[arg-type]
+    try:
+        outcome = run_program(random_program(300558))
+    finally:
+        cute_shard.uninstall()
+    assert outcome.right, outcome
+
+
 # ---------------------------------------------------------------------------- uninstall
 
 

@@ -1,9 +1,15 @@
 """The executor's own decisions that no plan field states: when an all-gather's blocks are
-already the target (``execute._in_order``), so the gathered buffer is returned as it is."""
+already the target (``execute._in_order``), so the gathered buffer is returned as it is; and
+the order of dims a chunk's result keeps."""
 
 from __future__ import annotations
 
-from cute_shard.redistribute.execute import _in_order
+import pytest
+import torch
+
+from cute_shard.notation import parse_placements
+from cute_shard.redistribute import plan_redistribution
+from cute_shard.redistribute.execute import _in_order, execute
 
 
 def test_row_slabs_in_order_are_the_tensor() -> None:
@@ -35,3 +41,24 @@ def test_empty_blocks_are_skipped_and_every_element_must_be_covered() -> None:
     assert _in_order(rows, (4, 6), 24)
     assert not _in_order(rows[:1], (4, 6), 24)  # rows 2-3 missing
     assert not _in_order(rows, (4, 6), 30)  # a gathered buffer of another size
+
+
+@pytest.mark.parametrize(("target", "columns"), [("S2", [(4, 8)]), ("SS2:2", [(2, 4), (10, 12)])])
+def test_a_chunk_keeps_the_local_tensors_order_of_dims(
+    target: str, columns: list[tuple[int, int]]
+) -> None:
+    """A chunk of a local tensor whose dims are not in row-major order (a transposed
+    activation's) is dense in the same order, as torch's chunk clones it: the DTensor's
+    global strides keep that order, and a later local view relies on it. It came out
+    row-major, and a reshape in a backward then failed ('view size is not compatible with
+    input tensor's size and stride'). One range (S2) and several (SS2:2) of the last dim."""
+    shape, mesh = (4, 6, 16), (4,)
+    plan = plan_redistribution(
+        shape, mesh, parse_placements("R", 3, mesh), parse_placements(target, 3, mesh)
+    )
+    local = torch.arange(4 * 6 * 16.0).reshape(16, 4, 6).permute(1, 2, 0)  # strides (6, 1, 24)
+    out = execute(local, plan, None, (1,), None)  # type: ignore[arg-type]  # (no collective)
+    assert torch.equal(out, torch.cat([local[:, :, a:b] for a, b in columns], dim=2))
+    assert out.stride() == (6, 1, 24)
+    row_major = execute(local.contiguous(), plan, None, (1,), None)  # type: ignore[arg-type]
+    assert row_major.is_contiguous() and torch.equal(row_major, out)
