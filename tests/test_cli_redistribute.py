@@ -310,6 +310,15 @@ def test_an_empty_tensor_is_planned_and_says_why_it_has_no_layout(
     assert lines[at + 1].strip().startswith("layout       none"), out
 
 
+def test_an_uneven_shard_beside_an_empty_dim_is_called_uneven() -> None:
+    """The reason names the dim the placements shard: (0, 7) with [S1] on 2 ranks has no
+    layout because 7 does not split evenly, not because dim 0 is empty."""
+    r = run_cli(*argv("0,7", "2", "S1", "R", "--no-grid"))
+    assert r.returncode == 0, r.stderr
+    assert "no layout expresses this sharding (uneven shards)" in r.stdout
+    assert "size 0" not in r.stdout
+
+
 def test_bad_arguments_exit_2_from_the_command() -> None:
     r = run_cli(*argv("8", "2", "S0", "S0", "--dtype", "float33"))
     assert (r.returncode, r.stdout) == (2, "")

@@ -288,7 +288,8 @@ def render_text(rep: RedistributionReport, *, grid: bool = True) -> list[str]:
 def _layout_rows(
     label: str, placements: Placements, sl: ShardedLayout | None, shape: tuple[int, ...]
 ) -> list[str]:
-    why = "(a sharded dim of size 0)" if 0 in shape else "(uneven shards)"
+    empty = any(p.kind in ("S", "SS") and not shape[p.dim] for p in placements)
+    why = "(a sharded dim of size 0)" if empty else "(uneven shards)"
     return layout_rows(
         label, placements, sl, f"{why}; the planner reads its runs of owners instead"
     )
