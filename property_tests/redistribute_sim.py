@@ -69,6 +69,7 @@ __all__ = [
     "Case",
     "Run",
     "SimulationError",
+    "Symbols",
     "World",
     "expected_locals",
     "full_tensor",
@@ -481,3 +482,55 @@ def _random_placement(
     if r < 0.66:
         return PlacementSpec("S", d)
     return PlacementSpec("SS", d, rng.choice((1, 2, 2, 3, 4, 5)))
+
+
+# ------------------------------------------------------------------------- symbolic sizes
+
+
+@dataclass(frozen=True)
+class Symbols:
+    """Sizes as a ShapeEnv's symbols with hints, as ``torch.compile`` traces dynamic shapes
+    (every comparison of them records a guard in ``env``), and anything made of them read at
+    other values (substituted, which records nothing). Sizes 0 and 1 stay ints, as
+    torch.compile specialises them."""
+
+    env: object  # torch's ShapeEnv
+    sizes: tuple[torch.SymInt | int, ...]
+    symbols: tuple[object, ...]  # each size's sympy symbol (None for an int)
+
+    @staticmethod
+    def of(hints: Sequence[int]) -> Symbols:
+        from torch._dynamo.source import ConstantSource
+        from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+        env = ShapeEnv(duck_shape=False)  # (a symbol per size, equal hints or not)
+        sizes: list[torch.SymInt | int] = []
+        symbols: list[object] = []
+        for i, h in enumerate(hints):
+            if h > 1:
+                symbol = env.create_symbol(h, source=ConstantSource(f"n{i}"))
+                sizes.append(env.create_symintnode(symbol, hint=h))
+                symbols.append(symbol)
+            else:
+                sizes.append(h)
+                symbols.append(None)
+        return Symbols(env, tuple(sizes), tuple(symbols))
+
+    def at(self, x: object, values: Sequence[int]) -> object:
+        """``x`` (a SymInt, an int, or nested tuples and lists of them) with the sizes at
+        ``values``."""
+        if isinstance(x, torch.SymInt):
+            return int(x.node.expr.xreplace(self._subs(values)))
+        if isinstance(x, (tuple, list)):
+            return type(x)(self.at(y, values) for y in x)
+        return x
+
+    def guards(self) -> list[object]:
+        """The guards recorded so far, as sympy expressions."""
+        return [g.expr for g in self.env.guards]  # type: ignore[attr-defined]
+
+    def holds(self, guard: object, values: Sequence[int]) -> bool:
+        return bool(guard.xreplace(self._subs(values)))  # type: ignore[attr-defined]
+
+    def _subs(self, values: Sequence[int]) -> dict[object, int]:
+        return {s: v for s, v in zip(self.symbols, values, strict=True) if s is not None}

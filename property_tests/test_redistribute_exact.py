@@ -40,6 +40,7 @@ joint=False)`` for the latter).
 from __future__ import annotations
 
 import collections
+import functools
 import math
 import random
 
@@ -57,10 +58,12 @@ from cute_shard.redistribute import check_placements, physical_limit, plan_redis
 from cute_shard.redistribute import labels as labels_module
 from cute_shard.redistribute import plan as plan_module
 from cute_shard.redistribute.execute import Group, execute
-from cute_shard.redistribute.types import Plan
+from cute_shard.redistribute.plan import plan_of_symbols
+from cute_shard.redistribute.types import Plan, Step
 from property_tests.redistribute_sim import (
     Case,
     Run,
+    Symbols,
     World,
     expected_locals,
     full_tensor,
@@ -220,6 +223,104 @@ def test_even_shapes_plan_as_their_unit_scaled() -> None:
 def test_hypothesis_even_shapes(seed: int) -> None:
     rng = random.Random(seed)
     check_scaled(random_case(rng), rng)
+
+
+# ------------------------------------------- symbolic sizes: the unit plan, scaled by symbols
+
+SYMBOLIC_CASES = 300
+Coord = tuple[int, ...]
+
+
+def _boxes(plan: Plan, step: Step, holder: Coord, by: Coord) -> tuple[object, ...]:
+    """Both boxes the executor reads for a pair of ranks in a step (``execute._box``): where
+    ``by``'s part sits in ``holder``'s local tensor before the step, and the reverse after."""
+    return tuple(
+        (
+            d.local_ranges(b, _key(b, holder), a, _key(a, by)),
+            d.local_ranges(a, _key(a, holder), b, _key(b, by)),
+        )
+        for d, b, a in zip(plan.dims, step.before, step.after, strict=True)
+    )
+
+
+def _key(slots: tuple[tuple[int, int], ...], coord: Coord) -> tuple[int, ...]:
+    return tuple(coord[m] for _, m in slots)
+
+
+def _outline(plan: Plan) -> list[tuple[object, ...]]:
+    """What a plan does, without its counts of elements."""
+    return [plan.start, plan.final, plan.moves, plan.split] + [
+        (s.kind, s.mesh_dims, s.before, s.after, s.peers, s.reduce_op, s.even, s.uniform)
+        for s in plan.steps
+    ]
+
+
+def check_symbolic(case: Case, rng: random.Random) -> None:
+    """The case's placements on sizes that are symbols (``plan_of_symbols``: what install()
+    plans under ``torch.compile`` with dynamic shapes), each hinted at a multiple of its unit
+    or at the case's own size. A dim at a multiple stays symbolic, any other is planned at its
+    value; the plan read at other multiples of the symbolic dims' units equals the int plan
+    there: what it does, what the busiest rank receives (each step's too), every rank's local
+    shape in every state, and both boxes the executor reads for every pair of ranks in every
+    step (where read off unit dims' boxes, they are also those of labels computed at the
+    values); and every guard it records holds at every such multiple (no symbolic size is
+    specialised)."""
+    ndim = len(case.shape)
+    src = check_placements(case.src, ndim, case.mesh, "source")
+    dst = check_placements(case.dst, ndim, case.mesh, "target")
+    pair = plan_module._pair(src, dst, case.mesh, ndim)
+    units = pair.units
+    hints = tuple(
+        u * rng.choice((1, 2, 3)) if rng.random() < 0.7 else n
+        for u, n in zip(units, case.shape, strict=True)
+    )
+    symbols = Symbols.of(hints)
+    plan = plan_of_symbols(symbols.sizes, case.mesh, src, dst, case.joint)
+    coords = World.of(case.mesh).coords
+    label = f"{case} hinted at {hints}, units {units}"
+    # (sizes 0 and 1 are ints, as torch.compile specialises them; other non-multiples are
+    # planned at their values)
+    kept = [
+        isinstance(n, torch.SymInt) and plan_module._multiple(h, u)
+        for n, h, u in zip(symbols.sizes, hints, units, strict=True)
+    ]
+    tried = [hints] + [
+        tuple(u * rng.randint(1, 6) if k else h for u, h, k in zip(units, hints, kept, strict=True))
+        for _ in range(2)
+    ]
+    for values in tried:
+        want = plan_redistribution(values, case.mesh, src, dst, joint=case.joint)
+        at = functools.partial(symbols.at, values=values)
+        assert _outline(plan) == _outline(want), f"{label}, {values}: {plan} != {want}"
+        assert at([plan.received, plan.reduced]) == [want.received, want.reduced], label
+        for step, other in zip(plan.steps, want.steps, strict=True):
+            assert at([step.received, step.reduced]) == [other.received, other.reduced], label
+        for state in (plan.start, *(s.after for s in plan.steps)):
+            for c in coords:
+                assert at(plan.local_shape(state, c)) == want.local_shape(state, c), label
+        fresh = fresh_build(values, pair, case.joint)  # (its boxes not read off unit dims)
+        for step, other in zip(plan.steps, want.steps, strict=True):
+            if step.kind.local or step.kind.reduces:
+                continue
+            for holder in coords:
+                for by in coords:
+                    got = at(_boxes(plan, step, holder, by))
+                    assert got == _boxes(want, other, holder, by), f"{label}, {values}: {step}"
+                    assert got == _boxes(fresh, other, holder, by), f"{label}, {values}: {step}"
+    for guard in symbols.guards():
+        assert all(symbols.holds(guard, v) for v in tried), f"{label}: guard {guard}"
+
+
+def test_symbolic_sizes_plan_as_the_unit_plan_scaled() -> None:
+    rng = random.Random(11)
+    for _ in range(SYMBOLIC_CASES):
+        check_symbolic(random_case(rng), rng)
+
+
+@given(seed=st.integers(0, 2**32 - 1))
+def test_hypothesis_symbolic_sizes(seed: int) -> None:
+    rng = random.Random(seed)
+    check_symbolic(random_case(rng), rng)
 
 
 # ------------------------------------------------------------------------------ tier 3

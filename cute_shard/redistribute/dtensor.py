@@ -47,10 +47,11 @@ from torch.distributed.tensor import _utils as _tensor_utils
 from torch.distributed.tensor._dtensor_spec import DTensorSpec
 from torch.distributed.tensor._ops import utils as _ops_utils
 from torch.distributed.tensor.placement_types import Partial, Replicate, Shard, _StridedShard
+from torch.fx.experimental.symbolic_shapes import has_guarding_hint
 
 from ..notation import PlacementSpec
 from .execute import Group, execute
-from .plan import plan_of_tuples
+from .plan import plan_of_symbols, plan_of_tuples
 from .types import Kind, Plan, Step
 
 __all__ = [
@@ -128,9 +129,25 @@ def plan_for_specs(current: DTensorSpec, target: DTensorSpec) -> Plan:
 
 
 def _plan_or_none(current: DTensorSpec, target: DTensorSpec) -> Plan | None:
-    if current.mesh != target.mesh or not (_concrete(current) and _concrete(target)):
+    if current.mesh != target.mesh:
         return None
-    return _planned(current, target, _spans_world(current.mesh, dist.group.WORLD))
+    joint = _spans_world(current.mesh, dist.group.WORLD)
+    if _concrete(current) and _concrete(target):
+        return _planned(current, target, joint)
+    return _symbolic_plan(current, target, joint)
+
+
+def _symbolic_plan(current: DTensorSpec, target: DTensorSpec, joint: bool) -> Plan | None:
+    """The plan of specs with symbolic sizes (``torch.compile`` with dynamic shapes;
+    ``plan_of_symbols``), not kept in a table (SymInts cannot key one); None where a size
+    has no hint to guard on (an unbacked one: torch's own function handles it)."""
+    meta = current.tensor_meta
+    if meta is None or not all(map(has_guarding_hint, meta.shape)):
+        return None
+    src, dst = _placements(current), _placements(target)
+    if src is None or dst is None:
+        return None
+    return plan_of_symbols(tuple(meta.shape), _mesh_shape(current.mesh), src, dst, joint)
 
 
 def _concrete(spec: DTensorSpec) -> bool:

@@ -331,7 +331,7 @@ class DimLabels:
             elif unit is not None:  # a unit dim's scaled: its lengths, k times each
                 of, k = cast("tuple[DimLabels, int]", unit)
                 lengths = of.per_rank(slots, ranks)
-                if isinstance(lengths, int):
+                if not isinstance(lengths, tuple):
                     memo = lengths * k
                 else:
                     memo = tuple([n * k for n in lengths])
@@ -352,6 +352,10 @@ class DimLabels:
         ``where`` are ``where_key``, as ranges of the rank's local index, merged."""
         memo_key = ("ranges", slots, key, where, where_key)
         memo = self._memo.get(memo_key)
+        if memo is None and _UNIT in self._memo:  # a unit dim's scaled: its ranges, k times
+            of, k = cast("tuple[DimLabels, int]", self._memo[_UNIT])
+            memo = tuple([(a * k, b * k) for a, b in of.local_ranges(slots, key, where, where_key)])
+            self._memo[memo_key] = memo
         if memo is None:
             at, wat = self.index(slots), self.index(where)
             out: list[tuple[int, int]] = []
@@ -405,7 +409,7 @@ class DimLabels:
         of a size on which every torch.chunk is exact, at a multiple of it (``k >= 1``). What
         it is asked is read off this dim's answers, computed once for every multiple: its
         segments and counts scaled, the same labels meeting (``senders``)."""
-        if k == 1:
+        if type(k) is int and k == 1:  # (a symbolic k is never compared: that would guard it)
             return self
         out = DimLabels(self.size * k, self.slots, self.source, self.target, self.levels)
         out._memo[_UNIT] = (self, k)  # its segments, when asked for, are this dim's scaled

@@ -56,7 +56,13 @@ from ..notation import REDUCE_OPS, PlacementSpec
 from .labels import DST, SRC, DimLabels, Ranks, Slot, dim_labels, mesh_ranks, side
 from .types import Kind, Move, Plan, State, Step
 
-__all__ = ["check_placements", "physical_limit", "plan_of_tuples", "plan_redistribution"]
+__all__ = [
+    "check_placements",
+    "physical_limit",
+    "plan_of_symbols",
+    "plan_of_tuples",
+    "plan_redistribution",
+]
 
 
 def plan_redistribution(
@@ -103,6 +109,34 @@ def plan_of_tuples(
     themselves are still checked (a dim the tensor lacks, a split factor < 1, a Partial
     target that cannot start), by the pair's table."""
     return _plan(shape, _checked_pair(src, dst, mesh, len(shape)), joint)
+
+
+def plan_of_symbols(
+    shape: tuple[Any, ...],
+    mesh: tuple[int, ...],
+    src: tuple[PlacementSpec, ...],
+    dst: tuple[PlacementSpec, ...],
+    joint: bool,
+) -> Plan:
+    """``plan_of_tuples`` for sizes that may be SymInts with hints, as ``torch.compile`` traces
+    them with dynamic shapes (where the SymInts' comparisons record guards).
+
+    A dim whose size is a multiple of its unit (``_Pair.units``; a guard says so) stays
+    symbolic: its labels are its unit dim's scaled by the factor ``n // unit``, so every
+    count, cut and local shape along it is an int times that factor, whatever the multiple.
+    Any other dim is planned at its size's value (guarded: a new value traces anew). So the
+    plan, and the graph that runs it, hold for every multiple of the units of the dims kept
+    symbolic, and what is compared is only such products (guards that hold for every
+    multiple). Example: ``(s0, 6)`` on mesh (2, 4), ``[S0, SS0:2] -> [S0, S1]``: d0's unit
+    is 16, d1's 4; for every ``s0`` divisible by 16 the plan is the one of ``(16, 6)`` with
+    d0's counts times ``s0 // 16``, and d1 is 6.
+    """
+    pair = _checked_pair(src, dst, mesh, len(shape))
+    units = pair.units
+    sizes = tuple([n if _multiple(n, u) else int(n) for n, u in zip(shape, units, strict=True)])
+    if set(map(type, sizes)) <= _INT:
+        return _plan(sizes, pair, joint)
+    return _plan.__wrapped__(sizes, pair, joint)  # (SymInts cannot key the table)
 
 
 _PLACEMENTS = "a sequence of PlacementSpec, one per mesh dim"
@@ -171,7 +205,7 @@ def _mesh(mesh: Sequence[int]) -> tuple[int, ...]:
 
 def _tuple(values: Any, what: str, expected: str) -> tuple[Any, ...]:
     """``values`` as a tuple, or ValueError naming ``what`` was given."""
-    if type(values) is tuple:
+    if isinstance(values, tuple):
         return values
     if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
         raise ValueError(f"{what}: expected {expected}, got {values!r}")
@@ -366,10 +400,10 @@ def _scaled(unit: Plan, shape: tuple[int, ...]) -> Plan:
     the unit's steps, states and peers, every dim's cuts scaled by its factor, every count
     of elements by their product. (Made with the constructors, which take a third of
     ``_replace``'s time: this is all an even shape's plan costs.)"""
-    if shape == unit.shape:
-        return unit
     factors = tuple(map(operator.floordiv, shape, unit.shape))
     k = math.prod(factors)
+    if type(k) is int and k == 1:  # (a symbolic k is never compared: that would guard it)
+        return unit
     steps = tuple(
         [
             Step(
@@ -688,8 +722,9 @@ def _moves(shape_of: _Shape, steps: tuple[Step, ...]) -> tuple[Move, ...]:
 
 # ------------------------------------------------------------------------ sizes per rank
 
-# A quantity per rank: one int when every rank's is the same (even shards, the common case,
-# which then costs nothing per rank), otherwise one per rank in the order of ``Ranks``.
+# A quantity per rank: one number when every rank's is the same (even shards, the common case,
+# which then costs nothing per rank), otherwise a tuple, one per rank in the order of ``Ranks``.
+# (A number is an int, or under symbolic sizes an int times their factors: ``plan_of_symbols``.)
 PerRank = int | tuple[int, ...]
 
 
@@ -699,39 +734,41 @@ def _sizes(dims: tuple[DimLabels, ...], state: State, ranks: Ranks) -> PerRank:
     out: tuple[int, ...] | None = None
     for d, slots in zip(dims, state, strict=True):
         n = d.per_rank(slots, ranks) if slots else d.size
-        if type(n) is int:
+        if not isinstance(n, tuple):
             whole *= n
         elif out is None:
-            out = n  # type: ignore[assignment]
+            out = n
         else:
-            out = tuple(map(operator.mul, out, n))  # type: ignore[arg-type]
+            out = tuple(map(operator.mul, out, n))
     if out is None:
         return whole
-    return tuple(map(operator.mul, out, itertools.repeat(whole))) if whole != 1 else out
+    if type(whole) is int and whole == 1:  # (a symbolic one is never compared: that guards it)
+        return out
+    return tuple(map(operator.mul, out, itertools.repeat(whole)))
 
 
 def _each(x: PerRank, ranks: Ranks) -> tuple[int, ...]:
-    return (x,) * len(ranks.coords) if type(x) is int else x  # type: ignore[return-value]
+    return x if isinstance(x, tuple) else (x,) * len(ranks.coords)
 
 
 def _minus(a: PerRank, b: PerRank, ranks: Ranks) -> PerRank:
-    if type(a) is int and type(b) is int:
+    if not isinstance(a, tuple) and not isinstance(b, tuple):
         return a - b
     return tuple(map(operator.sub, _each(a, ranks), _each(b, ranks)))
 
 
 def _plus(a: PerRank, b: PerRank, ranks: Ranks) -> PerRank:
-    if type(a) is int and type(b) is int:
+    if not isinstance(a, tuple) and not isinstance(b, tuple):
         return a + b
     return tuple(map(operator.add, _each(a, ranks), _each(b, ranks)))
 
 
 def _most(x: PerRank) -> int:
-    return x if type(x) is int else max(x, default=0)  # type: ignore[arg-type]
+    return max(x, default=0) if isinstance(x, tuple) else x
 
 
 def _flat(x: PerRank) -> bool:
-    return type(x) is int or min(x, default=0) == max(x, default=0)  # type: ignore[arg-type]
+    return not isinstance(x, tuple) or bool(min(x, default=0) == max(x, default=0))
 
 
 def _union(a: State, b: State) -> State:
@@ -771,14 +808,14 @@ class _Builder:
         elif kind is not Kind.CHUNK and kind is not Kind.PARTITION:
             had, need = self.sizes(before), self.sizes(after)
             kept = self.sizes(bone.both)
-            if type(need) is int and type(kept) is int:  # every rank alike: one number
+            if not isinstance(need, tuple) and not isinstance(kept, tuple):  # every rank alike: one
                 got: PerRank = need - kept
                 received = need - kept
                 uniform = True
             else:
                 got = tuple(map(operator.sub, _each(need, self.ranks), _each(kept, self.ranks)))
                 received = max(got)
-                uniform = min(got) == received
+                uniform = bool(min(got) == received)  # (a flag, symbolic sizes or not)
             self.received = _plus(self.received, got, self.ranks)
             peers = self._peers(bone.senders, after, got) if received else 0
             even = _flat(had) and _flat(need)

@@ -42,7 +42,7 @@ import random
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -319,5 +319,45 @@ def run_compiled(mesh: DeviceMesh) -> dict[str, Any]:
             "frames": counter.frame_count,
             "error": "; ".join(problems),
         }
+        report[f"{backend}, dynamic"] = _compiled_dynamic(mesh, backend)
     torch._dynamo.reset()
     return report
+
+
+#: First dims for the step with dynamic shapes: multiples of the pairs' unit 8 (``[S0,
+#: SS0:2]`` on (2, 2) cuts d0 in 2, each half in 2 pieces of 2 chunks), then one that is not.
+DYNAMIC_SIZES = (16, 24, 40, 56, 12)
+
+
+def _compiled_dynamic(mesh: DeviceMesh, backend: str) -> dict[str, Any]:
+    """The step compiled with dynamic shapes: the graphs compiled after each call (one for
+    every multiple of the unit, one more for 12, planned at its value), and whether each
+    call's result and gradient equal plain torch's (to rounding)."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend(backend)
+    compiled = torch.compile(strided_step, backend=counter, fullgraph=True, dynamic=True)
+    problems: list[str] = []
+    frames: list[int] = []
+    try:
+        for n in DYNAMIC_SIZES:
+            g = torch.Generator().manual_seed(n)
+            full = torch.randn(n, 6, 4, generator=g, dtype=torch.float64)
+            weights = torch.randn(n, 6, 4, generator=g, dtype=torch.float64)
+            x = distribute_tensor(full, mesh, [Replicate(), Shard(1)], src_data_rank=None)
+            w = distribute_tensor(weights, mesh, [Shard(0), Shard(1)], src_data_rank=None)
+            x.requires_grad_()
+            got = compiled(x, w)
+            got.backward()
+            frames.append(counter.frame_count)
+            value = got.full_tensor()
+            plain = (full.sin() * weights).sum()
+            if not torch.allclose(value, plain, rtol=1e-9, atol=1e-9):
+                problems.append(f"n={n}: {value.item()} != plain torch {plain.item()}")
+            grad = cast(DTensor, x.grad).full_tensor()
+            if not torch.allclose(grad, full.cos() * weights, rtol=1e-9, atol=1e-9):
+                problems.append(f"n={n}: the gradient differs from plain torch's")
+    except Exception as e:
+        problems.append(f"{type(e).__name__}: {str(e).splitlines()[0][:300]}")
+    return {"ok": not problems, "frames": frames, "error": "; ".join(problems)}

@@ -20,13 +20,13 @@ ranks in ``multirank_cases.py``.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import torch
 from torch._dynamo.testing import AotEagerAndRecordGraphs, CompileCounterWithBackend
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 from torch.distributed.tensor.debug import CommDebugMode
 from torch.distributed.tensor.placement_types import _StridedShard
 
@@ -189,3 +189,47 @@ def test_strided_views_compile_once_and_equal_eager(
 def test_the_strided_step_keeps_a_strided_shard(mesh: DeviceMesh) -> None:
     x, _ = strided_steps.inputs(mesh, "strided")
     assert x.view(-1, x.shape[-1]).placements == (Shard(0), _StridedShard(0, split_factor=2))
+
+
+# --------------------------------------------------------------------------------------------
+# _StridedShard redistributions with dynamic shapes
+
+
+def strided_redistributions(x: torch.Tensor) -> torch.Tensor:
+    """(n, 6, 32) from [R, S1] to [S0, SS0:2] (a view's sharding), to [S1, S0], gathered."""
+    dt = cast(DTensor, x)
+    mesh = dt.device_mesh
+    y = dt.redistribute(mesh, [Shard(0), _StridedShard(0, split_factor=2)]) * 2
+    z = cast(DTensor, y).redistribute(mesh, [Shard(1), Shard(0)])
+    return z.redistribute(mesh, [Replicate(), Replicate()])
+
+
+@pytest.mark.filterwarnings("ignore:Your compiler for AOTAutograd is returning a function")
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_strided_redistributions_compile_once_for_every_multiple_of_their_units(
+    mesh: DeviceMesh, backend: str
+) -> None:
+    """With dynamic shapes (what torch.compile turns to when a size changes), install() plans
+    each redistribution on the symbolic sizes: one graph, with fullgraph=True, forward and
+    backward, for every first dim that is a multiple of the pairs' units (16 here:
+    ``[S0, SS0:2]`` on (2, 4) cuts d0 in 2, then each half in 2 pieces of 4 chunks) but the
+    unit itself (a factor of 1, which torch's own kernels compare with 1: as torch.compile
+    specialises sizes of 1); a size that is not a multiple, and the 6 that 4 ranks shard, are
+    planned at their values (guarded), so 24 and 40 compile a graph each. (torch's own
+    redistribution of these pairs fails to trace: its ``_StridedShard`` sizes come from index
+    tensors, data-dependent under tracing.)"""
+    counter = CompileCounterWithBackend(backend)
+    compiled = torch.compile(strided_redistributions, backend=counter, dynamic=True, fullgraph=True)
+    frames = []
+    for n in (48, 64, 80, 160, 24, 40):
+        g = torch.arange(float(n * 6 * 32)).reshape(n, 6, 32)
+        x = distribute_tensor(g, mesh, [Replicate(), Shard(1)]).requires_grad_()
+        got = compiled(x)
+        want = strided_redistributions(x.detach())
+        assert got.placements == want.placements == (Replicate(), Replicate())
+        assert got.to_local().shape == want.to_local().shape == (n, 6, 32)
+        got.sum().backward()
+        assert x.grad is not None and x.grad.placements == x.placements
+        assert x.grad.to_local().shape == x.to_local().shape
+        frames.append(counter.frame_count)
+    assert frames == [1, 1, 1, 1, 2, 3]

@@ -64,6 +64,18 @@ def test_compiled_strided_step_compiles_once_and_equals_eager(
     assert report["frames"] == 1, f"{report['frames']} graphs over {CALLS} calls"
 
 
+@pytest.mark.parametrize("backend", COMPILE_BACKENDS)
+def test_compiled_strided_step_with_dynamic_shapes_is_one_graph_per_unit_multiple(
+    world: Callable[[int], dict[str, Any]], backend: str
+) -> None:
+    """The same step compiled with dynamic shapes over first dims 16, 24, 40, 56 (multiples
+    of the unit 8) and 12: one graph for the multiples, one more for 12; every result and
+    gradient equals plain torch's."""
+    report = world(4)["compiled"][f"{backend}, dynamic"]
+    assert report["ok"], report["error"]
+    assert report["frames"] == [1, 1, 1, 1, 2], report["frames"]
+
+
 @pytest.mark.parametrize("program", ["styles", "fsdp2+tp"])
 def test_parallel_programs_on_real_ranks(
     world: Callable[[int], dict[str, Any]], program: str
