@@ -28,10 +28,13 @@ What ``install()`` changes, and why each piece sits where it does (design.md, se
    ``reshape_may_copy="dispatcher"`` instead registers a ``MayCopy`` kernel at
    ``DispatchKey.PythonTLSSnapshot`` that also reaches the function forms (``torch.flatten``),
    reshapes inside other ops (matmul's fold, a view's backward), at ~3-5 µs per call.
-4. **_StridedShard under fake tensors.** torch's redistribute planner computes a
-   ``_StridedShard``'s local size by materialising index tensors; under torch.compile's fake
-   mode that mints an unbacked symbol per element and the trace fails. While installed, with
-   plain int sizes that computation runs on real tensors (``_strided_local_size``).
+4. **_StridedShard under torch.compile.** torch computes a ``_StridedShard``'s local size by
+   materialising index tensors; under torch.compile's fake mode that mints an unbacked
+   symbol per element and the trace fails. While installed, with plain int sizes that
+   computation runs on real tensors, and a symbolic size is read as ``n // num_chunks``
+   wherever every chunk is exact (``_strided_local_size``). AOT tracing rebuilds a DTensor's
+   spec from its flattened parts; a view's output, which reads its ``_StridedShard`` by split
+   factor, is rebuilt with that reading (``_tensor_unflatten``: torch's refuses it).
 
 ``uninstall()`` puts every saved object back. ``install()`` and ``uninstall()`` clear
 DTensor's sharding-propagation caches (the Python LRU cache and the calling thread's C++
@@ -95,6 +98,7 @@ from torch.distributed.tensor.placement_types import (
     Shard,
     _StridedShard,
 )
+from torch.fx.experimental.symbolic_shapes import has_guarding_hint
 
 from . import meta, rules
 from .engine import (
@@ -962,7 +966,7 @@ def may_copy_kernels() -> tuple[MayCopy, ...]:
 
 
 # --------------------------------------------------------------------------------------------
-# _StridedShard local sizes under fake tensors
+# _StridedShard under torch.compile: local sizes under fake tensors, specs rebuilt by AOT
 
 _TORCH_STRIDED_LOCAL_SIZE = _StridedShard.local_shard_size_and_offset
 
@@ -975,13 +979,61 @@ def _strided_local_size(
     torch computes it by splitting an index tensor; under a fake mode (torch.compile) those
     are fake tensors whose ``tolist()`` mints an unbacked symbol per element, and the trace
     then fails on symbols no output holds. For plain int sizes and rank the answer is a
-    plain int, so it is computed on real tensors: the same function, the same values."""
+    plain int, so it is computed on real tensors: the same function, the same values.
+
+    A symbolic size (dynamic shapes) with a hint, asked for the size and at most the first
+    offset: where the split factor's pieces and their chunks are all exact (a guard, ``n %
+    (split_factor * num_chunks) == 0``) each rank keeps ``n // num_chunks`` and starts at its
+    chunk of the first piece, ``rank * n // (split_factor * num_chunks)``, for every such n;
+    any other size is taken at its value (guarded) and computed as an int."""
+    mode = args[0] if args else kwargs.get("offset_mode")
+    if (
+        isinstance(curr_local_size, torch.SymInt)
+        and type(rank) is int
+        and getattr(mode, "name", "FIRST") in ("FIRST", "NONE")
+        and has_guarding_hint(curr_local_size)
+    ):
+        pieces = self.split_factor * num_chunks
+        if curr_local_size % pieces == 0:
+            chunk = curr_local_size // pieces
+            first = None if getattr(mode, "name", "FIRST") == "NONE" else chunk * rank
+            return chunk * self.split_factor, first
+        curr_local_size = int(curr_local_size)
     if type(curr_local_size) is int and type(rank) is int:
         with unset_fake_temporarily():
             return _TORCH_STRIDED_LOCAL_SIZE(
                 self, curr_local_size, num_chunks, rank, *args, **kwargs
             )
     return _TORCH_STRIDED_LOCAL_SIZE(self, curr_local_size, num_chunks, rank, *args, **kwargs)
+
+
+_TORCH_UNFLATTEN = DTensor.__dict__["__tensor_unflatten__"]  # (a staticmethod object)
+
+
+def _tensor_unflatten(
+    inner_tensors: dict[str, Any], flatten_spec: Any, outer_size: Any, outer_stride: Any
+) -> Any:
+    """``DTensor.__tensor_unflatten__`` while installed.
+
+    torch.compile's AOT tracing flattens a DTensor to its local tensor and the spec's
+    placements, tensor meta and shard order, and rebuilds the spec from them. A view's output
+    reads its ``_StridedShard`` by split factor (``use_strided_shard_as_shard_order=False``),
+    so it keeps a shard order; rebuilt without that reading, a spec holding a
+    ``_StridedShard`` takes the other one and refuses the shard order (torch 2.13, 2.14), so
+    a compiled function returning a strided view's output failed to trace. Such a spec is
+    rebuilt with the reading it had; any other goes to torch's function."""
+    if len(flatten_spec) == 4:
+        placements, meta, shard_order, requires_grad = flatten_spec
+        if shard_order is not None and any(isinstance(p, _StridedShard) for p in placements):
+            spec = DTensorSpec(
+                inner_tensors["device_mesh"],
+                placements,
+                tensor_meta=TensorMeta(outer_size, outer_stride, meta.dtype),
+                shard_order=shard_order,
+                use_strided_shard_as_shard_order=False,
+            )
+            return DTensor(inner_tensors["_local_tensor"], spec, requires_grad=requires_grad)  # type: ignore[no-untyped-call]
+    return _TORCH_UNFLATTEN.__func__(inner_tensors, flatten_spec, outer_size, outer_stride)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1097,6 +1149,7 @@ def install(
         propagator.propagate_op_sharding_non_cached = fast  # type: ignore[method-assign]
         propagator.propagate_op_sharding = _sharding_prop.LocalLRUCache(fast)
         _StridedShard.local_shard_size_and_offset = _strided_local_size  # type: ignore[method-assign]
+        DTensor.__tensor_unflatten__ = staticmethod(_tensor_unflatten)  # type: ignore[method-assign]
         _saved = replace(saved, kernels=_set_may_copy("off", mode, None))
         clear_dtensor_caches()
 
@@ -1140,6 +1193,7 @@ def uninstall() -> None:
         del propagator.propagate_op_sharding_non_cached  # the class's method again
         propagator.propagate_op_sharding = _saved.propagate_cached
         _StridedShard.local_shard_size_and_offset = _TORCH_STRIDED_LOCAL_SIZE  # type: ignore[method-assign]
+        DTensor.__tensor_unflatten__ = _TORCH_UNFLATTEN  # type: ignore[method-assign]
         _set_may_copy(_saved.mode, "off", _saved.kernels)
         _saved = None
         clear_dtensor_caches()

@@ -54,6 +54,10 @@ USED: dict[str, dict[str, tuple[str, ...] | None]] = {
         "view_groups": ("from_size", "to_size"),
         "dim_maps": None,
     },
+    "torch.fx.experimental.symbolic_shapes": {
+        "has_guarding_hint": ("a",),
+        "optimization_hint": ("a",),
+    },
     "torch.distributed._local_tensor": {
         "maybe_run_for_local_tensor": ("func",),
         "local_tensor_mode": (),
@@ -110,3 +114,10 @@ def test_the_registry_cute_shard_installs_into() -> None:
     } <= DTensorSpec.__dataclass_fields__.keys()
     params = list(inspect.signature(_StridedShard.local_shard_size_and_offset).parameters)
     assert params[:4] == ["self", "curr_local_size", "num_chunks", "rank"]
+    # install() rebuilds what AOT tracing flattens: (placements, tensor meta, shard order,
+    # requires_grad), with these parameters
+    params = list(inspect.signature(DTensor.__tensor_unflatten__).parameters)
+    assert params == ["inner_tensors", "flatten_spec", "outer_size", "outer_stride"]
+    from torch.distributed.tensor.placement_types import _StridedShardOffsetMode
+
+    assert {"FIRST", "NONE"} <= _StridedShardOffsetMode.__members__.keys()

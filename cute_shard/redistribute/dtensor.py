@@ -47,7 +47,7 @@ from torch.distributed.tensor import _utils as _tensor_utils
 from torch.distributed.tensor._dtensor_spec import DTensorSpec
 from torch.distributed.tensor._ops import utils as _ops_utils
 from torch.distributed.tensor.placement_types import Partial, Replicate, Shard, _StridedShard
-from torch.fx.experimental.symbolic_shapes import has_guarding_hint
+from torch.fx.experimental.symbolic_shapes import has_guarding_hint, optimization_hint
 
 from ..notation import PlacementSpec
 from .execute import Group, execute
@@ -168,15 +168,18 @@ def _spans(mesh: DeviceMesh, world: Any) -> bool:
     return mesh.size() == dist.get_world_size(world)
 
 
-def _plan_of(current: DTensorSpec, target: DTensorSpec, joint: bool) -> Plan | None:
-    """The plan of two specs on one mesh (the callers check that), or None where torch's
-    own function must run (the planner's own tables make a size seen before cheap: what is
-    left is reading the specs)."""
+def _plan_of(
+    current: DTensorSpec, target: DTensorSpec, joint: bool, shape: tuple[int, ...] | None = None
+) -> Plan | None:
+    """The plan of two specs on one mesh (the callers check that) for the global ``shape``
+    (default: the specs' own, ints), or None where torch's own function must run (the
+    planner's own tables make a size seen before cheap: what is left is reading the specs)."""
     src, dst = _placements(current), _placements(target)
     if src is None or dst is None:
         return None
     mesh = _mesh_shape(current.mesh)
-    return plan_of_tuples(tuple(current.shape), mesh, src, dst, joint)
+    sizes = tuple(current.shape) if shape is None else shape
+    return plan_of_tuples(sizes, mesh, src, dst, joint)
 
 
 # The plans executions ask for, cached by the two specs (what decides the plan: mesh,
@@ -305,23 +308,43 @@ def redistribute_cost(current_spec: DTensorSpec, target_spec: DTensorSpec) -> fl
         current_spec.mesh == target_spec.mesh
     ):
         return 0.0
+    world = dist.group.WORLD
     try:
-        cost = _priced(current_spec, target_spec, dist.group.WORLD)
-    except TypeError:  # symbolic sizes cannot key the table: torch's function prices them
+        cost = _priced(current_spec, target_spec, world)
+    except TypeError:  # symbolic sizes cannot key the table: priced at their hints
         if _concrete(current_spec) and _concrete(target_spec):
             raise  # (not that: a defect, reported as it is)
-        cost = None
+        cost = _cost(current_spec, target_spec, world, _hints(current_spec))
     return _saved_torch_cost()(current_spec, target_spec) if cost is None else cost
 
 
 @functools.lru_cache(maxsize=4096)
 def _priced(current: DTensorSpec, target: DTensorSpec, world: Any) -> float | None:
+    concrete = _concrete(current) and _concrete(target)
+    return _cost(current, target, world, tuple(current.shape) if concrete else None)
+
+
+def _hints(spec: DTensorSpec) -> tuple[int, ...] | None:
+    """The global sizes at their hints (no guard: a price only ranks strategies, and the
+    plan that runs is made from the sizes themselves, ``_symbolic_plan``), or None where one
+    has no hint (unbacked)."""
+    meta = spec.tensor_meta
+    if meta is None or not all(map(has_guarding_hint, meta.shape)):
+        return None
+    return tuple(map(optimization_hint, meta.shape))
+
+
+def _cost(
+    current: DTensorSpec, target: DTensorSpec, world: Any, shape: tuple[int, ...] | None
+) -> float | None:
+    """The price of the plan for the global ``shape``; None where torch's function prices
+    (``shape`` None: sizes the planner cannot read)."""
     if current.mesh != target.mesh:
         return float("inf")
-    if not (_concrete(current) and _concrete(target)):
+    if shape is None:
         return None
     try:
-        plan = _plan_of(current, target, _spans_world(current.mesh, world))
+        plan = _plan_of(current, target, _spans_world(current.mesh, world), shape)
     except ValueError:
         return float("inf")  # a pair the planner refuses is never the cheaper strategy
     if plan is None:

@@ -233,3 +233,79 @@ def test_strided_redistributions_compile_once_for_every_multiple_of_their_units(
         assert x.grad.to_local().shape == x.to_local().shape
         frames.append(counter.frame_count)
     assert frames == [1, 1, 1, 1, 2, 3]
+
+
+def strided_sum(x: torch.Tensor) -> torch.Tensor:
+    """(8, b, 64) with b sharded over 4 ranks, flattened: ``[R, SS0:8]`` on 8*b, plus 1."""
+    return x.flatten(0, 1) + 1
+
+
+def make_strided_input(mesh: DeviceMesh, batch: int) -> DTensor:
+    local = torch.arange(float(8 * batch // 4 * 64)).reshape(8, batch // 4, 64)
+    return DTensor.from_local(
+        local,
+        mesh,
+        [Replicate(), Shard(1)],
+        run_check=False,
+        shape=torch.Size((8, batch, 64)),
+        stride=(batch * 64, 64, 1),
+    )
+
+
+@pytest.mark.filterwarnings("ignore:Your compiler for AOTAutograd is returning a function")
+def test_a_strided_view_on_a_symbolic_dim_compiles_once(mesh: DeviceMesh) -> None:
+    """A pointwise op on a ``_StridedShard`` of a symbolic size: its strategy asks the shard's
+    local size, which torch computes from index tensors (a data-dependent error under
+    tracing; ``test_torch_2_13.py``); installed, it is ``n // num_chunks`` wherever every
+    chunk is exact, one graph for every such batch. The compiled function also returns the
+    strided view's output, which AOT tracing flattens and rebuilds (``_tensor_unflatten``)."""
+    counter = CompileCounterWithBackend("aot_eager")
+    compiled = torch.compile(strided_sum, backend=counter)
+    for batch in (8, 16, 24, 32):
+        x = make_strided_input(mesh, batch)
+        torch._dynamo.mark_dynamic(x, 1)
+        got, want = compiled(x), strided_sum(x)
+        assert got.placements == want.placements == (Replicate(), _StridedShard(0, split_factor=8))
+        assert torch.equal(got.to_local(), want.to_local())
+    assert counter.frame_count == 1
+
+
+@pytest.mark.filterwarnings("ignore:Your compiler for AOTAutograd is returning a function")
+def test_a_compiled_function_returns_a_strided_view_as_eager_does(mesh: DeviceMesh) -> None:
+    """Static shapes: the output of a view read by split factor survives AOT tracing's
+    flatten and rebuild with its reading (torch 2.13 and 2.14 refuse to rebuild its spec)."""
+    compiled = torch.compile(strided_sum, backend="aot_eager", fullgraph=True)
+    x = make_strided_input(mesh, 8)
+    got, want = compiled(x), strided_sum(x)
+    assert got.placements == want.placements
+    assert got._spec.use_strided_shard_as_shard_order is False
+    assert got._spec == want._spec and torch.equal(got.to_local(), want.to_local())
+
+
+@pytest.mark.parametrize("mode", ["FIRST", "NONE"])
+def test_strided_local_sizes_of_symbolic_sizes_hold_at_every_multiple(mode: str) -> None:
+    """``_StridedShard.local_shard_size_and_offset`` installed, on a symbolic size hinted at a
+    multiple of ``split_factor * num_chunks``: read at other multiples, the size and first
+    offset are torch's own at those ints, for every rank; the only guard says the size is
+    such a multiple. A size that is not one is its value (a guard pins it)."""
+    from torch.distributed.tensor.placement_types import _StridedShardOffsetMode
+
+    from property_tests.redistribute_sim import Symbols
+
+    torch_fn = integration._TORCH_STRIDED_LOCAL_SIZE
+    offset_mode = getattr(_StridedShardOffsetMode, mode)
+    for split_factor, chunks in ((2, 2), (3, 4), (8, 4), (1, 3)):
+        pieces = split_factor * chunks
+        symbols = Symbols.of((pieces * 5,))
+        (n,) = symbols.sizes
+        placement = _StridedShard(0, split_factor=split_factor)
+        for rank in range(chunks):
+            size, first = integration._strided_local_size(placement, n, chunks, rank, offset_mode)
+            for k in (1, 2, 7, 12):
+                values = (pieces * k,)
+                want = torch_fn(placement, pieces * k, chunks, rank, offset_mode)
+                assert (symbols.at(size, values), symbols.at(first, values)) == want
+        assert all(symbols.holds(g, (pieces * k,)) for g in symbols.guards() for k in (1, 3))
+        odd = Symbols.of((pieces * 5 + 1,))
+        got = integration._strided_local_size(placement, odd.sizes[0], chunks, 0, offset_mode)
+        assert got == torch_fn(placement, pieces * 5 + 1, chunks, 0, offset_mode)

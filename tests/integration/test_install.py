@@ -135,7 +135,9 @@ def test_install_replaces_exactly_the_view_ops_and_uninstall_restores_the_same_o
     before_info = dict(p.op_to_schema_info)
     torch_cache = p.propagate_op_sharding
     strided_local_size = _StridedShard.local_shard_size_and_offset
+    unflatten = DTensor.__dict__["__tensor_unflatten__"]
     cute_shard.install()
+    assert DTensor.__dict__["__tensor_unflatten__"] is not unflatten
     for op in TORCH_VIEW_OPS:
         strategy = p.op_strategy_funcs[op]
         assert isinstance(strategy, integration.ViewStrategy) and strategy.op.overload is op
@@ -170,6 +172,7 @@ def test_install_replaces_exactly_the_view_ops_and_uninstall_restores_the_same_o
     assert "propagate_op_sharding_non_cached" not in vars(p)  # the class's method again
     assert p.propagate_op_sharding is torch_cache
     assert _StridedShard.local_shard_size_and_offset is strided_local_size
+    assert DTensor.__dict__["__tensor_unflatten__"] is unflatten
 
 
 def test_t_of_an_uneven_shard_stays_sharded(mesh24: DeviceMesh) -> None:

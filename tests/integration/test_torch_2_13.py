@@ -134,7 +134,8 @@ def test_the_same_shards_read_as_strided_shards_redistribute_right() -> None:
     strict=True,
     reason="torch bug: a pointwise op on a DTensor with a _StridedShard on a symbolic-size "
     "dim fails under torch.compile (_StridedShard.local_shard_size_and_offset calls tolist() "
-    "on fake indices: a data-dependent error), with torch's propagator as with cute_shard",
+    "on fake indices: a data-dependent error); install() computes it from the size "
+    "(test_compile.py)",
     raises=torch._dynamo.exc.TorchRuntimeError,
 )
 def test_torch_compiles_strided_shards_on_a_symbolic_dim() -> None:
