@@ -309,3 +309,32 @@ def test_strided_local_sizes_of_symbolic_sizes_hold_at_every_multiple(mode: str)
         odd = Symbols.of((pieces * 5 + 1,))
         got = integration._strided_local_size(placement, odd.sizes[0], chunks, 0, offset_mode)
         assert got == torch_fn(placement, pieces * 5 + 1, chunks, 0, offset_mode)
+
+
+@pytest.mark.skipif(
+    torch.__version__.startswith("2.13"),
+    reason="torch 2.13 fails to trace the scores' bmm with dynamic shapes, with install() or "
+    "without (test_torch_2_13.py::test_torch_compiles_a_square_bmm_with_dynamic_shapes)",
+)
+@pytest.mark.filterwarnings("ignore:Your compiler for AOTAutograd is returning a function")
+def test_the_attention_step_compiles_once_for_every_sequence_length(mesh: DeviceMesh) -> None:
+    """The attention block (one sequence per data-parallel rank: its matmul folds keep the
+    batch and the heads as ``[S(0), S(0)]``), compiled with dynamic shapes: one graph for
+    every sequence length, each call's local output equal to eager's. (Forward only: torch's
+    matmul backward does not trace with dynamic shapes, ``test_torch_2_13.py``.)"""
+    counter = CompileCounterWithBackend("aot_eager")
+    compiled = torch.compile(strided_steps.attention_step, backend=counter, dynamic=True)
+    dp, tp = mesh.shape
+    hidden = 2 * tp * strided_steps.HIDDEN_PER_HEAD
+    column, row = (Replicate(), Shard(1)), (Replicate(), Shard(0))
+    placements = [(Shard(0), Replicate()), column, column, column, row]
+    for seq in (16, 24, 40, 12):  # (not 8 or 32, the weights' local sizes: duck sizing)
+        g = torch.Generator().manual_seed(seq)
+        tensors = [torch.randn(dp, seq, hidden, generator=g)]
+        tensors += [torch.randn(hidden, hidden, generator=g) for _ in range(4)]
+        args = [distribute_tensor(t, mesh, p) for t, p in zip(tensors, placements, strict=True)]
+        got = compiled(*args, gather=False)
+        want = strided_steps.attention_step(*args, gather=False)
+        assert got.placements == want.placements == (Shard(0), Partial())
+        assert torch.allclose(got.to_local(), want.to_local(), rtol=1e-5, atol=1e-6)
+    assert counter.frame_count == 1

@@ -1,6 +1,7 @@
 """What torch's DTensor does around view ops, pinned so the integration's workarounds stay
 honest: a strict xfail turns into a failure the day torch fixes the bug. Every bug here is
-the same on torch 2.13.0, 2.14.1 and 2.15.0 (the suite runs on each).
+the same on torch 2.13.0, 2.14.1 and 2.15.0 (the suite runs on each), but where a test
+says otherwise.
 
 These run torch's own propagator (cute_shard uninstalled) unless a test says otherwise. Ranks
 are simulated with LocalTensorMode on a fake process group, so every rank's data is checked.
@@ -208,6 +209,63 @@ def test_torch_compiles_a_strided_shard_view_on_cold_caches() -> None:
             torch.compile(f, backend="eager", fullgraph=True)(x)
         finally:
             torch._dynamo.reset()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="torch bug (with install() too): under torch.compile with dynamic shapes and an "
+    "AOT backend, the backward of a DTensor matmul (b, s, h) @ (h, n) recurses without end "
+    "while tracing: the floor division that computes the fold's local size, (2*s)//2, "
+    "returns the size's own SymInt, and its proxy is replaced by one computed from itself "
+    "(of the family of pytorch/pytorch#159709 and #152954); seen on 2.13.0 and 2.14.1",
+    raises=torch._dynamo.exc.BackendCompilerFailed,
+)
+@pytest.mark.parametrize("installed", [False, True], ids=["torch", "cute_shard"])
+def test_torch_compiles_a_matmul_backward_with_dynamic_shapes(installed: bool) -> None:
+    def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return x @ w
+
+    with fake_world(8):
+        (cute_shard.install if installed else cute_shard.uninstall)()
+        torch._dynamo.reset()
+        mesh = init_device_mesh("cpu", (2, 4))
+        compiled = torch.compile(f, backend="aot_eager", dynamic=True)
+        w = distribute_tensor(torch.randn(32, 32), mesh, [Rep, Shard(1)]).requires_grad_()
+        try:
+            x = distribute_tensor(torch.randn(2, 16, 32), mesh, [Shard(0), Rep])
+            compiled(x, w).sum().backward()
+        finally:
+            torch._dynamo.reset()
+            cute_shard.uninstall()
+
+
+@pytest.mark.xfail(
+    torch.__version__.startswith("2.13"),
+    strict=True,
+    reason="torch 2.13 bug (with install() too; 2.14.1 traces it): under torch.compile with "
+    "dynamic shapes and an AOT backend, q @ q.transpose(1, 2) of a DTensor q = x @ w fails to "
+    "trace: DTensor computes the bmm output's stride (s*s) with the proxy modes disabled "
+    "(_propagate_tensor_meta_non_cached), then builds the output DTensor from it under the "
+    "tracer, which has no proxy for it ('s**2 is not tracked with proxy')",
+    raises=torch._dynamo.exc.BackendCompilerFailed,
+)
+@pytest.mark.parametrize("installed", [False, True], ids=["torch", "cute_shard"])
+def test_torch_compiles_a_square_bmm_with_dynamic_shapes(installed: bool) -> None:
+    def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        q = x @ w
+        return q @ q.transpose(1, 2)
+
+    with fake_world(8):
+        (cute_shard.install if installed else cute_shard.uninstall)()
+        torch._dynamo.reset()
+        mesh = init_device_mesh("cpu", (2, 4))
+        x = distribute_tensor(torch.randn(4, 16, 8), mesh, [Shard(0), Rep])
+        w = distribute_tensor(torch.randn(8, 8), mesh, [Rep, Rep])
+        try:
+            torch.compile(f, backend="aot_eager", dynamic=True)(x, w)
+        finally:
+            torch._dynamo.reset()
+            cute_shard.uninstall()
 
 
 @pytest.mark.xfail(
