@@ -15,6 +15,8 @@ both names in every module that bound them at import; ``uninstall()`` puts torch
   per step, a latency per hop plus the busiest rank's bytes over the mesh dim's bandwidth), so
   strategies keep comparing on one scale; what torch's model refuses (Shard -> Partial, one
   Partial op to another) stays infinite. Cached by the specs; no search.
+- Symbolic sizes (``torch.compile`` with dynamic shapes): planned on the SymInts
+  (``plan_of_symbols``), uncached, and priced at their hints.
 
 A ``_StridedShard`` means what ``distribute_tensor`` does with it, its split factor. A spec that
 reads it as an encoded shard order (``use_strided_shard_as_shard_order``) places the same data
@@ -24,7 +26,7 @@ sizes the two can differ (``(13,)`` on mesh (3, 2), ``[_S(0, 2), S(0)]``), and t
 ``distribute_tensor``'s, which is what every plan here reads and produces. What the planner does
 not model is handed to torch's own function: placements other than Replicate, Shard,
 ``_StridedShard`` and ``Partial`` (``_MaskPartial``), a spec with an explicit non-default shard
-order, symbolic sizes, and two different meshes.
+order, a size without a hint (unbacked), and two different meshes.
 """
 
 from __future__ import annotations
@@ -122,8 +124,8 @@ def plan_for_specs(current: DTensorSpec, target: DTensorSpec) -> Plan:
     if plan is None:
         raise ValueError(
             f"cute_shard does not plan {current.placements} -> {target.placements} "
-            f"(different meshes, symbolic sizes, an explicit shard order or another placement "
-            f"type): torch's redistribution handles it"
+            f"(different meshes, a size without a hint, an explicit shard order or another "
+            f"placement type): torch's redistribution handles it"
         )
     return plan
 
@@ -152,7 +154,8 @@ def _symbolic_plan(current: DTensorSpec, target: DTensorSpec, joint: bool) -> Pl
 
 def _concrete(spec: DTensorSpec) -> bool:
     """Whether the spec's global shape is ints: a symbolic one (``torch.compile`` with dynamic
-    shapes) is torch's to plan, and its SymInts cannot key a cache."""
+    shapes) is planned and priced apart (``_symbolic_plan``, ``_hints``), as its SymInts
+    cannot key a cache."""
     meta = spec.tensor_meta
     return meta is not None and set(map(type, meta.shape)) <= _INT
 
