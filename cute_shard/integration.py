@@ -1032,7 +1032,8 @@ def _tensor_unflatten(
                 shard_order=shard_order,
                 use_strided_shard_as_shard_order=False,
             )
-            return DTensor(inner_tensors["_local_tensor"], spec, requires_grad=requires_grad)  # type: ignore[no-untyped-call]
+            dtensor: Any = DTensor  # (typed in some releases, not in others)
+            return dtensor(inner_tensors["_local_tensor"], spec, requires_grad=requires_grad)
     return _TORCH_UNFLATTEN.__func__(inner_tensors, flatten_spec, outer_size, outer_stride)
 
 

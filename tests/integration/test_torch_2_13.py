@@ -220,6 +220,7 @@ def test_torch_compiles_a_strided_shard_view_on_cold_caches() -> None:
     "(of the family of pytorch/pytorch#159709 and #152954); seen on 2.13.0 and 2.14.1",
     raises=torch._dynamo.exc.BackendCompilerFailed,
 )
+@pytest.mark.filterwarnings("ignore:Error detected in UnsafeViewBackward0")
 @pytest.mark.parametrize("installed", [False, True], ids=["torch", "cute_shard"])
 def test_torch_compiles_a_matmul_backward_with_dynamic_shapes(installed: bool) -> None:
     def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
