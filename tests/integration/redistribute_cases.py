@@ -28,7 +28,11 @@ tensor-parallel styles on a block, FSDP2 over TP; outputs, parameters and gradie
 one process), and ``torch.compile(fullgraph=True)`` of a step with ``_StridedShard``
 redistributions (x on ``[R, S1]`` -> ``[S0, SS0:2]`` -> sin ->
 ``[S0, S1]`` -> a weighted sum), with backends "eager" and "aot_eager": one graph over four
-calls with new values, each equal to eager.
+calls with new values, each equal to eager; the same step with dynamic shapes over five first
+dims (one graph for the four multiples of its unit, one more for the fifth; values and
+gradients equal plain torch's); and 12 seeded random pairs, each redistributed in a function
+compiled with dynamic shapes at three shapes that are multiples of its units (one graph per
+pair, every rank's local tensor the oracle's target shard).
 
 Rank 0 returns every case's verdict (errors from any rank), the programs' and the compile
 report.
@@ -238,6 +242,8 @@ def run_all() -> dict[str, Any]:
         verdicts[name] = {"ok": not errors, "error": "\n".join(errors[:3])}
     checked = time.perf_counter()
     compiled = run_compiled(init_device_mesh("cpu", (2, 2))) if world == 4 else {}
+    if world == 4:
+        compiled["random, dynamic"] = _compiled_dynamic_random(meshes)
     compiled_at = time.perf_counter()
     programs = _programs() if world == 4 else {}
     seconds = {
@@ -322,6 +328,78 @@ def run_compiled(mesh: DeviceMesh) -> dict[str, Any]:
         report[f"{backend}, dynamic"] = _compiled_dynamic(mesh, backend)
     torch._dynamo.reset()
     return report
+
+
+#: Random pairs compiled with dynamic shapes on the 4-rank world, and the multiples each runs.
+DYNAMIC_RANDOM_CASES = 12
+DYNAMIC_MULTIPLES = ((2, 3, 5, 7), (3, 5, 2, 2), (5, 2, 3, 4))
+
+
+def _compiled_dynamic_random(meshes: dict[tuple[int, ...], DeviceMesh]) -> dict[str, Any]:
+    """Seeded random pairs of this world (Partial sources included), each at shapes whose every
+    dim is a multiple of its unit (``plan._Pair.units``), redistributed in a function compiled
+    with dynamic shapes (backend "eager", fullgraph=True, duck sizing off so that equal sizes
+    stay distinct symbols): per pair, the graphs compiled over three such shapes (one is
+    expected: every size stays symbolic) and whether every rank's local tensor equals the
+    oracle's target shard at each. Every rank's problems are gathered."""
+    import torch.fx.experimental._config as fx_config
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    from cute_shard.redistribute import check_placements
+    from cute_shard.redistribute import plan as plan_module
+
+    rng = random.Random(41)
+    problems: list[str] = []
+    frames: dict[str, int] = {}
+    done = 0
+    while done < DYNAMIC_RANDOM_CASES:
+        case = random_case(rng, world=4)
+        if math.prod(case.mesh) != 4 or not _legal_for_dtensor(case):
+            continue
+        done += 1
+        ndim = len(case.shape)
+        src = check_placements(case.src, ndim, case.mesh, "source")
+        dst = check_placements(case.dst, ndim, case.mesh, "target")
+        units = plan_module._pair(src, dst, case.mesh, ndim).units
+        if case.mesh not in meshes:
+            meshes[case.mesh] = init_device_mesh("cpu", case.mesh)
+        mesh = meshes[case.mesh]
+        target = [p.to_torch() for p in case.dst]
+
+        def step(x: torch.Tensor, mesh: DeviceMesh = mesh, target: Any = target) -> Any:
+            return cast(DTensor, x).redistribute(mesh, target)
+
+        torch._dynamo.reset()
+        counter = CompileCounterWithBackend("eager")
+        compiled = torch.compile(step, backend=counter, dynamic=True, fullgraph=True)
+        name = str(case)
+        try:
+            with fx_config.patch(use_duck_shape=False):
+                for multiples in DYNAMIC_MULTIPLES:
+                    shape = tuple(u * k for u, k in zip(units, multiples, strict=False))
+                    even = Case(shape, case.mesh, case.src, case.dst)
+                    full = full_tensor(shape)
+                    coord = tuple(mesh.get_coordinate() or ())
+                    r = World.of(case.mesh).rank(coord)
+                    x = DTensor.from_local(
+                        source_locals(even, full)[r],
+                        mesh,
+                        _placements(even, "src"),
+                        shape=full.shape,
+                        stride=full.stride(),
+                    )
+                    got = compiled(x).to_local()
+                    want = expected_locals(even, full)[r]
+                    if got.shape != want.shape or not torch.equal(got, want):
+                        problems.append(f"{even}: rank {coord}: {got} expected {want}")
+        except Exception as e:
+            problems.append(f"{name}: {type(e).__name__}: {str(e).splitlines()[0][:300]}")
+        frames[name] = counter.frame_count
+    torch._dynamo.reset()
+    everyone: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, problems)
+    gathered = [p for v in everyone for p in v]
+    return {"ok": not gathered, "frames": frames, "error": "; ".join(gathered[:3])}
 
 
 #: First dims for the step with dynamic shapes: multiples of the pairs' unit 8 (``[S0,

@@ -76,6 +76,17 @@ def test_compiled_strided_step_with_dynamic_shapes_is_one_graph_per_unit_multipl
     assert report["frames"] == [1, 1, 1, 1, 2], report["frames"]
 
 
+def test_random_redistributions_compiled_with_dynamic_shapes_are_exact_in_one_graph(
+    world: Callable[[int], dict[str, Any]],
+) -> None:
+    """Seeded random pairs on the 4-rank world, each redistributed in a function compiled
+    with dynamic shapes at three shapes that are multiples of its units: every rank's local
+    tensor is the oracle's target shard, and each pair compiles one graph."""
+    report = world(4)["compiled"]["random, dynamic"]
+    assert report["ok"], report["error"]
+    assert set(report["frames"].values()) == {1}, report["frames"]
+
+
 @pytest.mark.parametrize("program", ["styles", "fsdp2+tp"])
 def test_parallel_programs_on_real_ranks(
     world: Callable[[int], dict[str, Any]], program: str
