@@ -193,7 +193,10 @@ def _exchange(
     out_splits = list(_recv_splits(dims, before, after, md, peers, *coord))
     if x.is_complex():
         in_splits, out_splits = [2 * n for n in in_splits], [2 * n for n in out_splits]
-    recv = _ready(funcol.all_to_all_single(_real(send), out_splits, list(in_splits), group))
+    # Waited here: the unpacking copies every block out at once, so nothing could overlap,
+    # and a rank that receives nothing (its target is what it holds) would never read, so
+    # never wait on, the output (torch warns of the unwaited collective at exit).
+    recv = _wait(funcol.all_to_all_single(_real(send), out_splits, list(in_splits), group))
     return _unpack(_complex(recv, x), x, dims, before, after, md, peers, *coord)
 
 

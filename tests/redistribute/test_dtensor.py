@@ -285,6 +285,33 @@ def test_a_gradient_chunked_from_a_transposed_tensor_is_viewed_back(mode: str) -
 # ---------------------------------------------------------------------------- uninstall
 
 
+@pytest.mark.parametrize("async_op", [False, True], ids=["sync", "async_op"])
+def test_every_collective_a_redistribution_starts_is_waited(async_op: bool) -> None:
+    """On one rank of a fake world (its collectives return pending outputs, as on a real
+    rank), each case's redistribution, its result read, leaves no collective unwaited (torch
+    counts them in its work registry and warns of any at exit). The swap's rank 0 receives
+    nothing in its exchange: its output, never read, was left unwaited."""
+    from torch._C._distributed_c10d import _get_work_registry_size
+
+    cute_shard.install()
+    for name, case in CASES:
+        full = full_tensor(case.shape)
+        with fake_world(math.prod(case.mesh)):
+            mesh = init_device_mesh("cpu", case.mesh)
+            x = DTensor.from_local(
+                source_locals(case, full)[0],
+                mesh,
+                torch_placements(case, "src"),
+                shape=full.shape,
+                stride=full.stride(),
+                run_check=False,
+            )
+            before = _get_work_registry_size()
+            y = x.redistribute(mesh, torch_placements(case, "dst"), async_op=async_op)
+            y.to_local().sum()  # (reading it waits on what is still pending)
+            assert _get_work_registry_size() == before, name
+
+
 def test_uninstall_restores_torchs_functions_everywhere() -> None:
     cute_shard.uninstall()
     execute_homes = (_redistribute, _dispatch, torch.distributed.tensor._api)
