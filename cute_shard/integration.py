@@ -986,17 +986,17 @@ def _strided_local_size(
     (split_factor * num_chunks) == 0``) each rank keeps ``n // num_chunks`` and starts at its
     chunk of the first piece, ``rank * n // (split_factor * num_chunks)``, for every such n;
     any other size is taken at its value (guarded) and computed as an int."""
-    mode = args[0] if args else kwargs.get("offset_mode")
+    mode = getattr(args[0] if args else kwargs.get("offset_mode"), "name", "FIRST")
     if (
         isinstance(curr_local_size, torch.SymInt)
         and type(rank) is int
-        and getattr(mode, "name", "FIRST") in ("FIRST", "NONE")
+        and mode in ("FIRST", "NONE")
         and has_guarding_hint(curr_local_size)
     ):
         pieces = self.split_factor * num_chunks
         if curr_local_size % pieces == 0:
             chunk = curr_local_size // pieces
-            first = None if getattr(mode, "name", "FIRST") == "NONE" else chunk * rank
+            first = None if mode == "NONE" else chunk * rank
             return chunk * self.split_factor, first
         curr_local_size = int(curr_local_size)
     if type(curr_local_size) is int and type(rank) is int:

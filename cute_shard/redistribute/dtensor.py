@@ -143,13 +143,11 @@ def _symbolic_plan(current: DTensorSpec, target: DTensorSpec, joint: bool) -> Pl
     """The plan of specs with symbolic sizes (``torch.compile`` with dynamic shapes;
     ``plan_of_symbols``), not kept in a table (SymInts cannot key one); None where a size
     has no hint to guard on (an unbacked one: torch's own function handles it)."""
-    meta = current.tensor_meta
-    if meta is None or not all(map(has_guarding_hint, meta.shape)):
-        return None
     src, dst = _placements(current), _placements(target)
-    if src is None or dst is None:
+    if src is None or dst is None or _hints(current) is None:
         return None
-    return plan_of_symbols(tuple(meta.shape), _mesh_shape(current.mesh), src, dst, joint)
+    shape = tuple(current.shape)
+    return plan_of_symbols(shape, _mesh_shape(current.mesh), src, dst, joint)
 
 
 def _concrete(spec: DTensorSpec) -> bool:
