@@ -212,7 +212,8 @@ def test_torch_compiles_a_strided_shard_view_on_cold_caches() -> None:
 
 
 @pytest.mark.xfail(
-    strict=True,
+    # (strict where seen; on a release not yet run here a pass is no failure)
+    strict=torch.__version__.startswith(("2.13", "2.14")),
     reason="torch bug (with install() too): under torch.compile with dynamic shapes and an "
     "AOT backend, the backward of a DTensor matmul (b, s, h) @ (h, n) recurses without end "
     "while tracing: the floor division that computes the fold's local size, (2*s)//2, "
