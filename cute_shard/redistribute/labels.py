@@ -56,6 +56,7 @@ __all__ = [
     "chunk",
     "dim_labels",
     "dim_runs",
+    "is_one",
     "mesh_ranks",
     "side",
 ]
@@ -239,6 +240,12 @@ def _times(runs: tuple[Run, ...], k: int) -> tuple[Run, ...]:
     return tuple([(a * k, b * k, label) for a, b, label in runs])
 
 
+def is_one(k: object) -> bool:
+    """Whether ``k`` is the int 1. A symbolic size (``plan.plan_of_symbols``) is never
+    compared: the comparison would record a guard pinning it."""
+    return type(k) is int and k == 1
+
+
 def getter(at: Sequence[int]) -> Callable[[tuple[int, ...]], tuple[int, ...]]:
     """A function reading the items at positions ``at`` out of a tuple, as a tuple (one item
     too, and none), without a Python frame per call."""
@@ -409,7 +416,7 @@ class DimLabels:
         of a size on which every torch.chunk is exact, at a multiple of it (``k >= 1``). What
         it is asked is read off this dim's answers, computed once for every multiple: its
         segments and counts scaled, the same labels meeting (``senders``)."""
-        if type(k) is int and k == 1:  # (a symbolic k is never compared: that would guard it)
+        if is_one(k):
             return self
         out = DimLabels(self.size * k, self.slots, self.source, self.target, self.levels)
         out._memo[_UNIT] = (self, k)  # its segments, when asked for, are this dim's scaled

@@ -53,7 +53,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from ..notation import REDUCE_OPS, PlacementSpec
-from .labels import DST, SRC, DimLabels, Ranks, Slot, dim_labels, mesh_ranks, side
+from .labels import DST, SRC, DimLabels, Ranks, Slot, dim_labels, is_one, mesh_ranks, side
 from .types import Kind, Move, Plan, State, Step
 
 __all__ = [
@@ -205,7 +205,7 @@ def _mesh(mesh: Sequence[int]) -> tuple[int, ...]:
 
 def _tuple(values: Any, what: str, expected: str) -> tuple[Any, ...]:
     """``values`` as a tuple, or ValueError naming ``what`` was given."""
-    if isinstance(values, tuple):
+    if type(values) is tuple:
         return values
     if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
         raise ValueError(f"{what}: expected {expected}, got {values!r}")
@@ -402,7 +402,7 @@ def _scaled(unit: Plan, shape: tuple[int, ...]) -> Plan:
     ``_replace``'s time: this is all an even shape's plan costs.)"""
     factors = tuple(map(operator.floordiv, shape, unit.shape))
     k = math.prod(factors)
-    if type(k) is int and k == 1:  # (a symbolic k is never compared: that would guard it)
+    if is_one(k):
         return unit
     steps = tuple(
         [
@@ -742,7 +742,7 @@ def _sizes(dims: tuple[DimLabels, ...], state: State, ranks: Ranks) -> PerRank:
             out = tuple(map(operator.mul, out, n))
     if out is None:
         return whole
-    if type(whole) is int and whole == 1:  # (a symbolic one is never compared: that guards it)
+    if is_one(whole):
         return out
     return tuple(map(operator.mul, out, itertools.repeat(whole)))
 
