@@ -55,6 +55,7 @@ from torch.distributed.tensor.debug import CommDebugMode
 
 from bench.redistribute_bench import simulated_world
 from cute_shard.redistribute import check_placements, physical_limit, plan_redistribution, transfers
+from cute_shard.redistribute import execute as execute_module
 from cute_shard.redistribute import labels as labels_module
 from cute_shard.redistribute import plan as plan_module
 from cute_shard.redistribute.execute import Group, execute
@@ -232,19 +233,12 @@ Coord = tuple[int, ...]
 
 
 def _boxes(plan: Plan, step: Step, holder: Coord, by: Coord) -> tuple[object, ...]:
-    """Both boxes the executor reads for a pair of ranks in a step (``execute._box``): where
-    ``by``'s part sits in ``holder``'s local tensor before the step, and the reverse after."""
-    return tuple(
-        (
-            d.local_ranges(b, _key(b, holder), a, _key(a, by)),
-            d.local_ranges(a, _key(a, holder), b, _key(b, by)),
-        )
-        for d, b, a in zip(plan.dims, step.before, step.after, strict=True)
+    """Both boxes the executor reads for a pair of ranks in a step: where ``by``'s part sits
+    in ``holder``'s local tensor before the step, and the reverse after."""
+    return (
+        execute_module._box(plan.dims, step.before, holder, step.after, by),
+        execute_module._box(plan.dims, step.after, holder, step.before, by),
     )
-
-
-def _key(slots: tuple[tuple[int, int], ...], coord: Coord) -> tuple[int, ...]:
-    return tuple(coord[m] for _, m in slots)
 
 
 def _outline(plan: Plan) -> list[tuple[object, ...]]:
