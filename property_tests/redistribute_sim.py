@@ -434,19 +434,28 @@ REDUCE_FAMILIES: tuple[tuple[str, ...], ...] = (
 MAX_NUMEL = 4096
 
 
-def random_case(rng: random.Random, *, world: int = 8, partial: bool = True) -> Case:
+def random_case(
+    rng: random.Random,
+    *,
+    world: int = 8,
+    partial: bool = True,
+    meshes: Sequence[tuple[int, ...]] = MESHES,
+    sizes: Sequence[int] = SIZES,
+    max_numel: float = MAX_NUMEL,
+) -> Case:
     """A random legal case: a mesh of at most ``world`` ranks, 1-4 dims of small sizes,
     placements R / S / SS (split factors that divide or not) / P, several mesh dims on one
     tensor dim likely. Partial: in the source, ops of one family (``REDUCE_FAMILIES``); in the
     target, kept from the source, or new (from R, a shard or another Partial) with ops of the
-    family of the Partials the target keeps."""
-    meshes = [m for m in MESHES if math.prod(m) <= world]
+    family of the Partials the target keeps. (``meshes``, ``sizes`` and ``max_numel`` for
+    cases that are planned, not run: larger meshes and tensors.)"""
+    chosen = [m for m in meshes if math.prod(m) <= world]
     # more ranks, more to get wrong: weigh a mesh by its rank count
-    (mesh,) = rng.choices(meshes, weights=[math.prod(m) for m in meshes])
+    (mesh,) = rng.choices(chosen, weights=[math.prod(m) for m in chosen])
     while True:
         ndim = rng.choice((1, 1, 2, 2, 2, 3, 3, 4))
-        shape = tuple(rng.choice(SIZES) for _ in range(ndim))
-        if math.prod(shape) <= MAX_NUMEL:
+        shape = tuple(rng.choice(sizes) for _ in range(ndim))
+        if math.prod(shape) <= max_numel:
             break
     # a few favoured tensor dims, so several mesh dims often shard one dim
     favoured = [rng.randrange(ndim) for _ in range(2)]

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import itertools
 import math
 import random
 
@@ -224,6 +225,84 @@ def test_even_shapes_plan_as_their_unit_scaled() -> None:
 def test_hypothesis_even_shapes(seed: int) -> None:
     rng = random.Random(seed)
     check_scaled(random_case(rng), rng)
+
+
+# ------------------------------------------------- rank classes: one rank counted per class
+
+CLASS_CASES = 400
+#: Meshes of up to 128 ranks (planned, not run): what ``labels.rank_classes`` is for.
+BIG_MESHES = (
+    (16,),
+    (64,),
+    (3, 5),
+    (8, 8),
+    (4, 16),
+    (16, 8),
+    (6, 10),
+    (2, 3, 7),
+    (2, 4, 8),
+    (4, 4, 4),
+    (2, 2, 2, 4),
+)
+#: Sizes that such meshes cut unevenly, evenly, or leave empty chunks in.
+BIG_SIZES = (1, 2, 5, 7, 16, 24, 33, 48, 64, 100, 127, 128, 130, 255, 384)
+
+
+def _built(case: Case, ranks: object) -> tuple[Plan, int]:
+    """The case's plan built from fresh labels, and its physical limit, counting the ranks
+    ``ranks(dims, mesh)`` gives."""
+    ndim = len(case.shape)
+    src = check_placements(case.src, ndim, case.mesh, "source")
+    dst = check_placements(case.dst, ndim, case.mesh, "target")
+    pair = plan_module._pair.__wrapped__(src, dst, case.mesh, ndim)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(plan_module, "_ranks", ranks)
+        plan = fresh_build(case.shape, pair, case.joint)
+        return plan, physical_limit(plan)
+
+
+def _every_rank(dims: object, mesh: tuple[int, ...]) -> labels_module.Ranks:
+    return labels_module.mesh_ranks(mesh)
+
+
+def check_classes(case: Case) -> None:
+    """Whatever the mesh's size (the planner finds classes only on large meshes,
+    ``plan._CLASSES_ABOVE``): the plan counted on one rank per class (``labels.rank_classes``)
+    equals, field by field, the plan counted on every rank, and so does the physical limit;
+    and for every dim and every set of its slots, the per-rank lengths over the classes are
+    those over every rank (the same values: none missed, none made up)."""
+    plan, limit = _built(case, labels_module.rank_classes)
+    every, every_limit = _built(case, _every_rank)
+    assert plan == every, f"{case}: {plan} != {every} counted on every rank"
+    assert limit == every_limit, f"{case}: limit {limit} != {every_limit} on every rank"
+    classes = labels_module.rank_classes(plan.dims, case.mesh)
+    everyone = labels_module.mesh_ranks(case.mesh)
+    for d in plan.dims:
+        for k in range(1, len(d.slots) + 1):
+            for slots in itertools.combinations(d.slots, k):
+                a, b = d.per_rank(slots, classes), d.per_rank(slots, everyone)
+                assert set(_each(a)) == set(_each(b)), f"{case}: {d} at {slots}: {a} != {b}"
+
+
+def _each(x: int | tuple[int, ...]) -> tuple[int, ...]:
+    return x if isinstance(x, tuple) else (x,)
+
+
+def _big_case(rng: random.Random) -> Case:
+    return random_case(rng, world=128, meshes=BIG_MESHES, sizes=BIG_SIZES, max_numel=math.inf)
+
+
+def test_plans_count_one_rank_per_class() -> None:
+    rng = random.Random(11)
+    for _ in range(CLASS_CASES):
+        check_classes(_big_case(rng))
+    for _ in range(CLASS_CASES):  # and the small meshes the other tiers run
+        check_classes(random_case(rng))
+
+
+@given(seed=st.integers(0, 2**32 - 1))
+def test_hypothesis_rank_classes(seed: int) -> None:
+    check_classes(_big_case(random.Random(seed)))
 
 
 # ------------------------------------------- symbolic sizes: the unit plan, scaled by symbols

@@ -58,6 +58,7 @@ __all__ = [
     "dim_runs",
     "is_one",
     "mesh_ranks",
+    "rank_classes",
     "side",
 ]
 
@@ -329,7 +330,7 @@ class DimLabels:
         """Each rank's length of this dim in a state constrained by ``slots``, in the order of
         ``ranks``; one int when every rank's is the same (even shards: the common case, which
         then costs nothing per rank)."""
-        key = (slots, ranks.mesh)
+        key = (slots, ranks.key)
         memo = self._memo.get(key)
         if memo is None:
             unit = self._memo.get(_UNIT)
@@ -385,7 +386,7 @@ class DimLabels:
         """Whose data a rank holds in a state constrained by ``slots``, along this dim: the
         number of combinations of labels at ``sources`` among its positions, and whether its
         own coordinates are one of them; per rank, or one pair when every rank's is the same."""
-        key = ("senders", slots, sources, ranks.mesh)
+        key = ("senders", slots, sources, ranks.key)
         memo = self._memo.get(key)
         if memo is None and _UNIT in self._memo:  # a unit dim's scaled: the same labels meet
             of, _ = cast("tuple[DimLabels, int]", self._memo[_UNIT])
@@ -411,6 +412,40 @@ class DimLabels:
             self._memo[key] = memo
         return memo  # type: ignore[return-value]
 
+    def slices(self, at: tuple[int, ...], size: int) -> tuple[object, ...]:
+        """Per coordinate c of the ``size`` coordinates of the mesh dim whose slots are at
+        ``at`` in the labels: the labels carrying c at one of them, each with those entries
+        that are c written -1, and their counts (the count alone where c is the whole label).
+        What ``rank_classes`` compares. A unit dim's scaled answers with its unit's (every count
+        times one factor: equal slices stay equal, and symbolic counts are never compared)."""
+        unit = self._memo.get(_UNIT)
+        if unit is not None:
+            return cast("tuple[DimLabels, int]", unit)[0].slices(at, size)
+        key = ("slices", at, size)
+        memo = self._memo.get(key)
+        if memo is None:
+            full = self.counts(self.slots)
+            if len(self.slots) == 1:  # the labels are the coordinates: a slice is a count
+                memo = tuple(map(full.get, zip(range(size)), _ZEROS))
+            else:
+                parts: list[dict[tuple[int, ...], int]] = [{} for _ in range(size)]
+                if len(at) == 1:
+                    (i,) = at
+                    for lab, n in full.items():
+                        parts[lab[i]][(*lab[:i], -1, *lab[i + 1 :])] = n
+                else:  # a source and a target slot (a dim has at most one of each per mesh dim)
+                    i, j = at
+                    for lab, n in full.items():
+                        a, b = lab[i], lab[j]
+                        if a == b:
+                            parts[a][(*lab[:i], -1, *lab[i + 1 : j], -1, *lab[j + 1 :])] = n
+                        else:
+                            parts[a][(*lab[:i], -1, *lab[i + 1 :])] = n
+                            parts[b][(*lab[:j], -1, *lab[j + 1 :])] = n
+                memo = tuple([frozenset(p.items()) for p in parts])
+            self._memo[key] = memo
+        return memo  # type: ignore[return-value]
+
     def scaled(self, k: int) -> DimLabels:
         """This dim at ``k`` times its size, every cut ``k`` times further along: the labels
         of a size on which every torch.chunk is exact, at a multiple of it (``k >= 1``). What
@@ -432,10 +467,14 @@ class DimLabels:
 
 @dataclass(frozen=True, slots=True)
 class Ranks:
-    """Every coordinate of a mesh, in row-major (global rank) order."""
+    """The mesh coordinates a plan counts, in row-major order: every one (``mesh_ranks``), or
+    one per class of ranks that every count treats alike (``rank_classes``)."""
 
     mesh: tuple[int, ...]
     coords: tuple[tuple[int, ...], ...]
+    # what a dim's per-rank answers are kept under: the mesh for every coordinate, the mesh
+    # and each mesh dim's representatives for classes (small either way, unlike ``coords``)
+    key: object = field(compare=False)
     # each slot tuple's keys, one per rank (a per-mesh table: one entry per slot tuple)
     _keys: dict[tuple[Slot, ...], tuple[tuple[int, ...], ...]] = field(
         default_factory=dict, compare=False, repr=False
@@ -452,7 +491,54 @@ class Ranks:
 
 @functools.lru_cache(maxsize=256)
 def mesh_ranks(mesh: tuple[int, ...]) -> Ranks:
-    return Ranks(mesh, tuple(itertools.product(*(range(size) for size in mesh))))
+    return Ranks(mesh, tuple(itertools.product(*(range(size) for size in mesh))), mesh)
+
+
+def rank_classes(dims: Sequence[DimLabels], mesh: tuple[int, ...]) -> Ranks:
+    """One rank per class of ranks that hold, need and send alike in every state of the dims'
+    labellings: what the planner counts, so that its cost follows the shardings' structure,
+    not the number of ranks (a (128, 8) mesh with every shard even is one class).
+
+    Two coordinates a, b of mesh dim m are alike when swapping them at m's slots maps every
+    dim's labelling onto itself: then each count keyed by labels (``counts``), and whose data
+    a rank holds (``senders``), are the same for a rank at a as for the rank at b with
+    everything else equal. It does when, in every dim, the labels carrying a at m's slots,
+    with a written as a mark, are those carrying b, with b so written, with the same counts
+    (``slices``): a label carrying both would be written with b in a's slice and could not be
+    in b's, so none does, and the swap maps each label to one of the same count. The swaps
+    of different mesh dims compose, so the classes are products of each mesh dim's, and every
+    rank's counts are those of the representative of its class.
+    Example: (12, 11) on mesh (8,), ``[S0] -> [S1]``: the source's chunks of dim 0 are
+    2, 2, 2, 2, 2, 2, 0, 0 and the target's of dim 1 are 2, 2, 2, 2, 2, 1, 0, 0, so the
+    classes are ranks 0-4, rank 5 and ranks 6-7: three ranks counted for eight.
+    """
+    reps = tuple([_representatives(dims, m, size) for m, size in enumerate(mesh)])
+    if all(map(operator.eq, map(len, reps), mesh)):
+        return mesh_ranks(mesh)
+    return _class_ranks(mesh, reps)
+
+
+@functools.lru_cache(maxsize=1024)  # a table: few class structures per mesh
+def _class_ranks(mesh: tuple[int, ...], reps: tuple[tuple[int, ...], ...]) -> Ranks:
+    return Ranks(mesh, tuple(itertools.product(*reps)), (mesh, reps))
+
+
+def _representatives(dims: Sequence[DimLabels], m: int, size: int) -> tuple[int, ...]:
+    """The least coordinate of each class of mesh dim m's coordinates (``rank_classes``)."""
+    if size == 1:
+        return (0,)
+    parts: list[tuple[object, ...]] = []
+    for d in dims:
+        at = tuple([i for i, slot in enumerate(d.slots) if slot[1] == m])
+        if at:
+            parts.append(d.slices(at, size))
+    if not parts:
+        return (0,)  # m constrains no dim: its coordinates are all alike
+    # each signature's least coordinate: written from the last coordinate down, the least
+    # is written last (a dict keeps a key where it was first put, with the last value)
+    signatures = zip(*parts, strict=True) if len(parts) > 1 else parts[0]
+    least = dict(zip(reversed(tuple(signatures)), range(size - 1, -1, -1), strict=True))
+    return tuple(sorted(least.values()))
 
 
 @functools.lru_cache(maxsize=1024)  # a table: placements and the mesh alone decide levels
