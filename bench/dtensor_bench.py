@@ -76,13 +76,14 @@ def unavailable() -> str | None:
 
 
 @contextmanager
-def fake_world() -> Iterator[None]:
-    """An 8-rank fake process group for the duration (reusing one that already exists)."""
+def fake_world(world: int = WORLD) -> Iterator[None]:
+    """A fake process group of ``world`` ranks (8) for the duration (reusing one that
+    already exists)."""
     ours = not dist.is_initialized()
     if ours:
         from torch.testing._internal.distributed.fake_pg import FakeStore
 
-        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=WORLD)
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
     try:
         yield
     finally:

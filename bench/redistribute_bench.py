@@ -35,7 +35,10 @@ Three suites (``python -m bench --suite redistribute`` runs all three):
   to back** (each side's calls on every case in a row, the side that goes first alternating
   by round), as an op's strategies price many pairs in a row: interleaved, each of our calls
   runs right after torch's graph search, which leaves our code and tables to be read back
-  from memory.
+  from memory. And **large meshes**: cold plan + price, interleaved, of a transformer's
+  activations and weights on meshes of 1,024 ranks (``large_mesh_pairs``: (128, 8),
+  (16, 8, 8), (8, 4, 32); uneven sequence lengths and vocabularies beside even ones) on a fake
+  world of that size, where the planner counts one rank per class (``labels.rank_classes``).
 - **redistribute-fsdp**: the FSDP2 + TP weight ``[_S(0, 4), S(0)] <-> [S(0), S(0)]`` on
   (2, 4) at a realistic size, both ways: bytes against the limit, the collectives, ours
   checked against the oracle (the suite raises if it differs).
@@ -79,7 +82,14 @@ from cute_shard.redistribute import labels as ours_labels
 from cute_shard.redistribute import plan as ours_plan
 
 from .harness import clock_overhead_ns, geomean, interleave, table, time_loop
-from .redistribute_cases import CATEGORIES, Pair, bytes_pairs, fsdp_pairs, planning_pairs
+from .redistribute_cases import (
+    CATEGORIES,
+    Pair,
+    bytes_pairs,
+    fsdp_pairs,
+    large_mesh_pairs,
+    planning_pairs,
+)
 
 __all__ = ["Meter", "run_bytes", "run_fsdp", "run_planning"]
 
@@ -719,6 +729,10 @@ GREEDY = "greedy"
 NONE = "none (from_local specs: torch prices inf)"
 GROUPS = (GRAPH, GREEDY, NONE)
 FIRST_SIGHT = "plan + price, first sight"
+#: The large meshes' row: cold plan + price of ``large_mesh_pairs`` on a fake world of
+#: ``LARGE_WORLD`` ranks.
+LARGE = "plan + price, large meshes"
+LARGE_WORLD = 1024
 BACK_TO_BACK = "plan + price, back to back"
 
 
@@ -974,10 +988,16 @@ def _screen(cases: Sequence[SpecPair]) -> tuple[list[SpecPair], list[str]]:
 
 
 def run_planning(
-    n: int = 120, rounds: int = 7, seed: int = 0, pairs: Sequence[Pair] | None = None
+    n: int = 120,
+    rounds: int = 7,
+    seed: int = 0,
+    pairs: Sequence[Pair] | None = None,
+    large: Sequence[Pair] | None = None,
 ) -> dict[str, Any]:
     """The planning suite: ``n`` drawn pairs on 8-rank meshes and the named ones that fit
-    (or ``pairs``); prints the table and returns the rows."""
+    (or ``pairs``), then the large meshes' pairs (``large``: by default
+    ``large_mesh_pairs()``, none when ``pairs`` is given); prints the table and returns the
+    rows."""
     from .dtensor_bench import fake_world
 
     reason = unavailable()
@@ -987,6 +1007,8 @@ def run_planning(
     rows: list[PlanningRow] = []
     slow: list[str] = []
     cute_shard.uninstall()
+    if large is None:
+        large = large_mesh_pairs() if pairs is None else ()
     with fake_world(), _quiet_torch():
         pairs = planning_pairs(n, seed) if pairs is None else pairs
         meshes = {m: init_device_mesh("cpu", m) for m in {p.mesh for p in pairs}}
@@ -1015,6 +1037,17 @@ def run_planning(
                 plan_times = time_cold(chosen, _ours_plan, _torch_plan, rounds)
                 rows.append(_row("plan alone", group, chosen, plan_times))
             print(f"  redistribute-planning: {group} done", file=sys.stderr, flush=True)
+    if large:
+        with fake_world(LARGE_WORLD), _quiet_torch():
+            meshes = {m: init_device_mesh("cpu", m) for m in {p.mesh for p in large}}
+            cases, more = _screen(spec_pairs(large, meshes))
+            dropped = [*dropped, *more]
+            for group in GROUPS:
+                chosen = [s for s in cases if s.group == group]
+                if chosen:
+                    times = time_cold(chosen, _ours_cost, _torch_cost, rounds)
+                    rows.append(_row(LARGE, f"{group}, {LARGE_WORLD:,} ranks", chosen, times))
+        print("  redistribute-planning: 1,024 ranks done", file=sys.stderr, flush=True)
     print(planning_table(rows, rounds, dropped))
     for line in slow:
         print(f"  ours above 1 ms cold: {line}")

@@ -338,6 +338,49 @@ def fsdp_pairs(shape: tuple[int, int]) -> list[Pair]:
     ]
 
 
+#: Meshes of 1,024 ranks, as large training jobs lay them out: data x tensor parallel, and
+#: data x context x tensor parallel.
+LARGE_MESHES = ((128, 8), (16, 8, 8), (8, 4, 32))
+
+
+def large_mesh_pairs() -> list[Pair]:
+    """A transformer's activations and weights at the sizes large jobs have, on meshes of
+    1,024 ranks (planned and priced, never run): a sequence length (4001) and a vocabulary
+    (128257) the mesh cuts unevenly, beside even ones (4096)."""
+
+    def pair(name: str, shape: tuple[int, ...], mesh: tuple[int, ...], a: str, b: str) -> Pair:
+        ndim = len(shape)
+        return Pair(
+            "named",
+            shape,
+            mesh,
+            parse_placements(a, ndim, mesh),
+            parse_placements(b, ndim, mesh),
+            name,
+        )
+
+    dp_tp, dp_cp_tp, dp_sp_tp = LARGE_MESHES
+    act, even, heads = (256, 4001, 4096), (256, 4096, 4096), (256, 4001, 32, 128)
+    cp_act, cp_heads = (64, 4001, 4096), (64, 4001, 32, 128)
+    vocab = (128257, 4096)
+    return [
+        pair("sequence parallel gather", act, dp_tp, "S0,S1", "S0,R"),
+        pair("sequence parallel gather, even", even, dp_tp, "S0,S1", "S0,R"),
+        pair("sequence to hidden", act, dp_tp, "S0,S1", "S0,S2"),
+        pair("sequence to heads", heads, dp_tp, "S0,S1", "S0,S2"),
+        pair("heads to sequence", heads, dp_tp, "S0,S2", "S0,S1"),
+        pair("strided hidden to hidden", act, dp_tp, "S0,SS2:4", "S0,S2"),
+        pair("vocabulary unshard", vocab, dp_tp, "S0,S0", "R,S0"),
+        pair("vocabulary gather", vocab, dp_tp, "S0,R", "R,R"),
+        pair("context parallel gather", cp_act, dp_cp_tp, "S0,S1,R", "S0,R,R"),
+        pair("context to tensor parallel", cp_act, dp_cp_tp, "S0,S1,S1", "S0,S1,S2"),
+        pair("context to heads (all-to-all)", cp_heads, dp_cp_tp, "S0,S1,S2", "S0,S2,S2"),
+        pair("sequence and hidden gather", cp_act, dp_cp_tp, "S0,S1,S2", "S0,R,R"),
+        pair("hidden gather", cp_act, dp_sp_tp, "S0,S1,S2", "S0,S1,R"),
+        pair("hidden gather, even", (64, 4096, 4096), dp_sp_tp, "S0,S1,S2", "S0,S1,R"),
+    ]
+
+
 def bytes_pairs(n: int, seed: int = 0) -> list[Pair]:
     """``n`` drawn pairs (the categories in turn) and the named ones."""
     return [*_drawn(n, seed, MESHES, list(GENERATORS)), *named_pairs()]

@@ -14,7 +14,14 @@ import pytest
 
 from bench import attention_bench, dtensor_bench, propagate_bench, redistribute_bench
 from bench.propagate_cases import FAMILIES, make_pool, materialize
-from bench.redistribute_cases import CATEGORIES, Pair, bytes_pairs, named_pairs, planning_pairs
+from bench.redistribute_cases import (
+    CATEGORIES,
+    Pair,
+    bytes_pairs,
+    large_mesh_pairs,
+    named_pairs,
+    planning_pairs,
+)
 from cute_shard.notation import PlacementSpec
 
 TINY = propagate_bench.Settings(
@@ -113,9 +120,11 @@ def test_redistribute_cases_are_legal_and_cover_the_categories() -> None:
 
 def test_redistribute_planning_runs_and_reports(capsys: pytest.CaptureFixture[str]) -> None:
     pairs = [p for p in named_pairs() if math.prod(p.mesh) == 8]
-    results = redistribute_bench.run_planning(rounds=1, pairs=pairs)
+    large = [p for p in large_mesh_pairs() if p.mesh == (128, 8)][:2]
+    results = redistribute_bench.run_planning(rounds=1, pairs=pairs, large=large)
     json.dumps(results)
     groups = {(r["what"], r["group"]) for r in results["rows"]}
+    assert (redistribute_bench.LARGE, f"{redistribute_bench.GREEDY}, 1,024 ranks") in groups
     assert ("plan + price", redistribute_bench.GRAPH) in groups
     assert ("plan alone", redistribute_bench.GRAPH) in groups
     assert (redistribute_bench.FIRST_SIGHT, redistribute_bench.GRAPH) in groups
