@@ -358,26 +358,39 @@ class DimLabels:
     ) -> tuple[tuple[int, int], ...]:
         """Of the positions a rank holds (labels ``key`` at ``slots``), those whose labels at
         ``where`` are ``where_key``, as ranges of the rank's local index, merged."""
-        memo_key = ("ranges", slots, key, where, where_key)
+        return self._ranges(slots, where).get((key, where_key), ())
+
+    def _ranges(
+        self, slots: tuple[Slot, ...], where: tuple[Slot, ...]
+    ) -> dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[tuple[int, int], ...]]:
+        """``local_ranges`` for every holder and every labelling at ``where`` at once: one
+        pass over the segments, each holder's local index counted as its segments come (a
+        rank asks for one range per peer, so answering each alone would pass once per peer)."""
+        memo_key = ("ranges", slots, where)
         memo = self._memo.get(memo_key)
-        if memo is None and _UNIT in self._memo:  # a unit dim's scaled: its ranges, k times
-            of, k = cast("tuple[DimLabels, int]", self._memo[_UNIT])
-            memo = tuple([(a * k, b * k) for a, b in of.local_ranges(slots, key, where, where_key)])
-            self._memo[memo_key] = memo
         if memo is None:
-            at, wat = self.index(slots), self.index(where)
-            out: list[tuple[int, int]] = []
-            seen = 0
-            for a, b, lab in self.segments:
-                if any(lab[i] != k for i, k in zip(at, key, strict=True)):
-                    continue
-                if all(lab[i] == k for i, k in zip(wat, where_key, strict=True)):
-                    if out and out[-1][1] == seen:
-                        out[-1] = (out[-1][0], seen + b - a)
+            unit = self._memo.get(_UNIT)
+            if unit is not None:  # a unit dim's scaled: its ranges, k times
+                of, k = cast("tuple[DimLabels, int]", unit)
+                memo = {
+                    q: tuple([(a * k, b * k) for a, b in ranges])
+                    for q, ranges in of._ranges(slots, where).items()
+                }
+            else:
+                at, wat = getter(self.index(slots)), getter(self.index(where))
+                seen: dict[tuple[int, ...], int] = {}  # each holder's local index so far
+                out: dict[tuple[tuple[int, ...], tuple[int, ...]], list[tuple[int, int]]] = {}
+                for a, b, lab in self.segments:
+                    holder = at(lab)
+                    start = seen.get(holder, 0)
+                    stop = seen[holder] = start + b - a
+                    ranges = out.setdefault((holder, wat(lab)), [])
+                    if ranges and ranges[-1][1] == start:
+                        ranges[-1] = (ranges[-1][0], stop)
                     else:
-                        out.append((seen, seen + b - a))
-                seen += b - a
-            self._memo[memo_key] = memo = tuple(out)
+                        ranges.append((start, stop))
+                memo = {q: tuple(ranges) for q, ranges in out.items()}
+            self._memo[memo_key] = memo
         return memo  # type: ignore[return-value]
 
     def senders(
