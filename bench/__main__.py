@@ -64,6 +64,7 @@ def _attention(args: argparse.Namespace) -> dict[str, Any]:
         grad_rounds=args.rounds or (1 if args.quick else 3),
         grad_steps=1,
         fixed_rounds=args.rounds or (5 if args.quick else 15),
+        large_rounds=0 if args.quick else args.rounds or 3,
     )
     profile = attention_bench.profile_step(next(iter(attention_bench.CONFIGS)), top=20)
     print(profile)

@@ -31,6 +31,9 @@ Both cells run as a forward step and as a **forward and backward** step (the los
 strategies price ``_StridedShard`` inputs (the heads folded into the batch), which is where
 torch's graph-based redistribution planner spends seconds per step.
 
+The variable-length cells also run on a mesh of 1,024 ranks, (128, 8) with 256 sequences
+(``LARGE_MESH``), where the redistribution planner's cost per rank would show.
+
 ``profile()`` prints where a variable-length forward step's time goes: the sharding
 propagation of each op on DTensor's cache misses (with install() the view ops' is
 cute_shard's), and the rest (DTensor's dispatch and the local ops). ``profile_step()``
@@ -66,6 +69,10 @@ MESH = (2, 4)  # (data parallel, tensor parallel)
 FIXED_SEQ = 64
 # The global batch of each configuration: sequences per data-parallel rank times MESH[0].
 CONFIGS = {"2 sequences per DP rank": 4, "1 sequence per DP rank": 2}
+# The same block on a mesh of 1,024 ranks, as a large job lays out data x tensor parallel: the
+# variable-length cells only (``run``'s ``large_rounds``), 2 sequences per DP rank.
+LARGE_MESH = (128, 8)
+LARGE_CONFIG = f"2 sequences per DP rank, mesh {LARGE_MESH}"
 CELLS = ("variable length", "fixed length")
 PASSES = ("forward", "forward+backward")
 
@@ -250,13 +257,16 @@ def run(
     grad_steps: int = 1,
     grad_configs: Sequence[str] | None = None,
     fixed_rounds: int | None = None,
+    large_rounds: int = 0,
 ) -> list[AttentionRow]:
     """Time every configuration and cell of the forward step (``steps`` steps per side per
     round, ``rounds`` rounds), then the forward and backward step for ``grad_configs`` (the
     first configuration by default; ``grad_steps`` steps, ``grad_rounds`` rounds, as a torch
     step takes seconds there), and print the table. The fixed-length cells, cheap on both
     sides and so the most exposed to a busy machine's noise, run ``fixed_rounds`` rounds
-    (default: three times as many, at least 5) of at least 3 steps."""
+    (default: three times as many, at least 5) of at least 3 steps. ``large_rounds``: that
+    many rounds of one variable-length step, forward and forward+backward, on ``LARGE_MESH``
+    (none by default: a torch step takes seconds there)."""
     reason = dtensor_bench.unavailable()
     if reason:
         print(f"\nattention block: skipped ({reason})")
@@ -290,9 +300,31 @@ def run(
                         n, r = max(n, 3), fixed_rounds or max(3 * r, 5)
                     rows.append(_cell(block, config, cell, n, r, torch_error))
                 print(f"  attention {config}, forward+backward: done", file=sys.stderr, flush=True)
+        if large_rounds:
+            rows += run_large(large_rounds)
     finally:
         cute_shard.uninstall()
     print(format_table(rows))
+    return rows
+
+
+def run_large(rounds: int) -> list[AttentionRow]:
+    """The variable-length cells on ``LARGE_MESH`` (a fake world of its size)."""
+    rows = []
+    try:
+        with dtensor_bench.fake_world(math.prod(LARGE_MESH)):
+            mesh = init_device_mesh("cpu", LARGE_MESH)
+            for grad in (False, True):
+                block = Block(mesh, 2 * LARGE_MESH[0], grad=grad)
+                ours_error = _raises(block, True, LENGTHS)
+                if ours_error:
+                    raise RuntimeError(f"attention block, {LARGE_CONFIG}: {ours_error}")
+                torch_error = _raises(block, False, LENGTHS)
+                rows.append(_cell(block, LARGE_CONFIG, "variable length", 1, rounds, torch_error))
+                step = "forward+backward" if grad else "forward"
+                print(f"  attention {LARGE_CONFIG}, {step}: done", file=sys.stderr, flush=True)
+    finally:
+        cute_shard.uninstall()
     return rows
 
 
@@ -311,8 +343,9 @@ def format_table(rows: Sequence[AttentionRow], rounds: int | None = None) -> str
         for r in rows
     ]
     out = [
-        f"\nattention block, mesh {MESH} (dp, tp), hidden {HIDDEN}, {HEADS} heads, "
-        "8-rank fake process group: median over interleaved rounds, ms per step "
+        f"\nattention block, mesh {MESH} (dp, tp) unless the configuration names another, "
+        f"hidden {HIDDEN}, {HEADS} heads, a fake process group of the mesh's ranks: median "
+        "over interleaved rounds, ms per step "
         "(x = torch ms / cute_shard ms; cute_shard: install(), view propagation and "
         "redistribution)",
         table(
@@ -320,7 +353,7 @@ def format_table(rows: Sequence[AttentionRow], rounds: int | None = None) -> str
             ["configuration", "step", "cell", "rounds", "steps", "cute_shard ms", "torch ms", "x"],
         ),
     ]
-    for config in CONFIGS:
+    for config in (*CONFIGS, LARGE_CONFIG):
         error = next((r.torch_error for r in rows if r.config == config and r.torch_error), None)
         if error:
             out.append(f"  {config}: torch's propagator raises: {error}")
@@ -383,7 +416,9 @@ def profile(config: str, installed: bool = True, steps: int = 10) -> str:
 def profile_step(config: str, installed: bool = True, top: int = 15) -> str:
     """cProfile of one variable-length forward and backward step of ``config`` (after one
     untimed step of another length, so imports and first calls are not in it): the top
-    functions by cumulative and by own time."""
+    functions by cumulative and by own time. The garbage collector is off during the step,
+    as in the timed cells: a full collection of this process's ~350,000 objects takes
+    ~150 ms, and the profile would charge it to whichever call allocated last."""
     with dtensor_bench.fake_world():
         block = Block(init_device_mesh("cpu", MESH), CONFIGS[config], grad=True)
         (cute_shard.install if installed else cute_shard.uninstall)()
@@ -391,12 +426,15 @@ def profile_step(config: str, installed: bool = True, top: int = 15) -> str:
             block.step(block.input(LENGTHS.take(1)[0]))
             x = block.input(LENGTHS.take(1)[0])
             profiler = cProfile.Profile()
+            gc.collect()
+            gc.disable()
             t0 = time.perf_counter()
             profiler.enable()
             block.step(x)
             profiler.disable()
             total = time.perf_counter() - t0
         finally:
+            gc.enable()
             cute_shard.uninstall()
     side = "with install()" if installed else "torch alone"
     lines = [
@@ -437,7 +475,7 @@ def main(argv: Sequence[str] = ()) -> None:
     if "--profile-step" in argv:
         print(profile_step(next(iter(CONFIGS)), installed=True))
         return
-    run(rounds=5, steps=3, grad_rounds=3)
+    run(rounds=5, steps=3, grad_rounds=3, large_rounds=3)
 
 
 if __name__ == "__main__":

@@ -208,3 +208,11 @@ def test_metering_counts_what_each_rank_receives() -> None:
 def test_attention_backward_step_profiles() -> None:
     report = attention_bench.profile_step(next(iter(attention_bench.CONFIGS)), top=5)
     assert "forward+backward" in report and "top 5 by cumulative" in report
+
+
+def test_attention_runs_on_a_mesh_of_1024_ranks() -> None:
+    rows = attention_bench.run_large(1)
+    assert [r.passes for r in rows] == ["forward", "forward+backward"]
+    for r in rows:
+        assert r.config == attention_bench.LARGE_CONFIG and r.cell == "variable length"
+        assert r.cute_shard_ms > 0 and r.torch_ms and r.torch_ms > 0
