@@ -22,6 +22,7 @@ sizes that the collectives then read.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -271,8 +272,8 @@ def _pack(
     """This rank's send buffer (for each peer in group order, the box of ``x`` it needs) and
     the boxes' sizes. Its own box stays local (size 0)."""
     blocks, sizes = [], []
-    for q in peers:
-        if q == coord or not _peer(q, coord, mesh_dims):
+    for q, member in zip(peers, _members(peers, coord, mesh_dims), strict=True):
+        if not member:
             sizes.append(0)
             continue
         block = _take(x, _box(dims, before, coord, after, q)).reshape(-1)
@@ -296,13 +297,12 @@ def _recv_splits(
     peers: tuple[Coord, ...],
     *coord: int,
 ) -> tuple[int, ...]:
+    members = _members(peers, coord, mesh_dims)
     sizes = [
-        0
-        if q == coord or not _peer(q, coord, mesh_dims)
-        else math.prod(_lengths(_box(dims, before, q, after, coord)))
-        for q in peers
+        math.prod(_lengths(_box(dims, before, q, after, coord))) if member else 0
+        for q, member in zip(peers, members, strict=True)
     ]
-    if not _sends(dims, before, after, mesh_dims, peers, coord):
+    if not _sends(dims, before, after, peers, members, coord):
         sizes[peers.index(coord)] = 1  # the element it sends itself (see ``_pack``)
     return tuple(sizes)
 
@@ -311,16 +311,14 @@ def _sends(
     dims: tuple[DimLabels, ...],
     before: State,
     after: State,
-    mesh_dims: tuple[int, ...],
     peers: tuple[Coord, ...],
+    members: Sequence[bool],
     coord: Coord,
 ) -> bool:
-    """Whether this rank sends any peer anything."""
+    """Whether this rank sends any peer (``members``: which of ``peers`` are) anything."""
     return any(
-        q != coord
-        and _peer(q, coord, mesh_dims)
-        and math.prod(_lengths(_box(dims, before, coord, after, q)))
-        for q in peers
+        member and math.prod(_lengths(_box(dims, before, coord, after, q)))
+        for q, member in zip(peers, members, strict=True)
     )
 
 
@@ -340,12 +338,13 @@ def _unpack(
     own = _box(dims, before, coord, after, coord)
     if math.prod(_lengths(own)):
         _put(out, _box(dims, after, coord, before, coord), _take(x, own))
+    members = _members(peers, coord, mesh_dims)
     offset = 0
-    for q in peers:
-        if q == coord and not _sends(dims, before, after, mesh_dims, peers, coord):
+    for q, member in zip(peers, members, strict=True):
+        if q == coord and not _sends(dims, before, after, peers, members, coord):
             offset += 1  # the element it sent itself (see ``_pack``)
             continue
-        if q == coord or not _peer(q, coord, mesh_dims):
+        if not member:
             continue
         ranges = _box(dims, after, coord, before, q)
         lengths = _lengths(ranges)
@@ -399,9 +398,16 @@ def _box(
     )
 
 
-def _peer(q: Coord, coord: Sequence[int], mesh_dims: tuple[int, ...]) -> bool:
-    """Whether ``q`` is in this rank's group: the same coordinate off ``mesh_dims``."""
-    return all(a == b for m, (a, b) in enumerate(zip(q, coord, strict=True)) if m not in mesh_dims)
+def _members(peers: tuple[Coord, ...], coord: Coord, mesh_dims: tuple[int, ...]) -> list[bool]:
+    """For each of ``peers``, whether it is another rank of this rank's group: the same
+    coordinate off ``mesh_dims``, not ``coord`` itself. Once per step: a step over several
+    mesh dims lists every rank of the world as a peer."""
+    off = [m for m in range(len(coord)) if m not in mesh_dims]
+    if not off:
+        return [q != coord for q in peers]
+    get = operator.itemgetter(*off)
+    mine = get(coord)
+    return [get(q) == mine and q != coord for q in peers]
 
 
 def _along(coord: Coord, m: int, size: int) -> tuple[Coord, ...]:
