@@ -306,24 +306,21 @@ def _drawn(
     return out
 
 
+def _named(name: str, shape: tuple[int, ...], mesh: tuple[int, ...], a: str, b: str) -> Pair:
+    """A named case, its placements in the notation (``"S0,SS0:2"``)."""
+    ndim = len(shape)
+    return Pair(
+        "named", shape, mesh, parse_placements(a, ndim, mesh), parse_placements(b, ndim, mesh), name
+    )
+
+
 def named_pairs() -> list[Pair]:
     """The cases the issue names, at a size every rank can hold in one process."""
 
-    def pair(name: str, shape: tuple[int, ...], mesh: tuple[int, ...], a: str, b: str) -> Pair:
-        ndim = len(shape)
-        return Pair(
-            "named",
-            shape,
-            mesh,
-            parse_placements(a, ndim, mesh),
-            parse_placements(b, ndim, mesh),
-            name,
-        )
-
     return [
         *fsdp_pairs((64, 32)),
-        pair("head merge", (8, 16, 32), (2, 4), "S0,SS0:2", "S0,S1"),
-        pair("(12,) on (3, 2)", (12,), (3, 2), "R,S0", "S0,SS0:2"),
+        _named("head merge", (8, 16, 32), (2, 4), "S0,SS0:2", "S0,S1"),
+        _named("(12,) on (3, 2)", (12,), (3, 2), "R,S0", "S0,SS0:2"),
     ]
 
 
@@ -348,36 +345,25 @@ def large_mesh_pairs() -> list[Pair]:
     1,024 ranks (planned and priced, never run): a sequence length (4001) and a vocabulary
     (128257) the mesh cuts unevenly, beside even ones (4096)."""
 
-    def pair(name: str, shape: tuple[int, ...], mesh: tuple[int, ...], a: str, b: str) -> Pair:
-        ndim = len(shape)
-        return Pair(
-            "named",
-            shape,
-            mesh,
-            parse_placements(a, ndim, mesh),
-            parse_placements(b, ndim, mesh),
-            name,
-        )
-
     dp_tp, dp_cp_tp, dp_sp_tp = LARGE_MESHES
     act, even, heads = (256, 4001, 4096), (256, 4096, 4096), (256, 4001, 32, 128)
     cp_act, cp_heads = (64, 4001, 4096), (64, 4001, 32, 128)
     vocab = (128257, 4096)
     return [
-        pair("sequence parallel gather", act, dp_tp, "S0,S1", "S0,R"),
-        pair("sequence parallel gather, even", even, dp_tp, "S0,S1", "S0,R"),
-        pair("sequence to hidden", act, dp_tp, "S0,S1", "S0,S2"),
-        pair("sequence to heads", heads, dp_tp, "S0,S1", "S0,S2"),
-        pair("heads to sequence", heads, dp_tp, "S0,S2", "S0,S1"),
-        pair("strided hidden to hidden", act, dp_tp, "S0,SS2:4", "S0,S2"),
-        pair("vocabulary unshard", vocab, dp_tp, "S0,S0", "R,S0"),
-        pair("vocabulary gather", vocab, dp_tp, "S0,R", "R,R"),
-        pair("context parallel gather", cp_act, dp_cp_tp, "S0,S1,R", "S0,R,R"),
-        pair("context to tensor parallel", cp_act, dp_cp_tp, "S0,S1,S1", "S0,S1,S2"),
-        pair("context to heads (all-to-all)", cp_heads, dp_cp_tp, "S0,S1,S2", "S0,S2,S2"),
-        pair("sequence and hidden gather", cp_act, dp_cp_tp, "S0,S1,S2", "S0,R,R"),
-        pair("hidden gather", cp_act, dp_sp_tp, "S0,S1,S2", "S0,S1,R"),
-        pair("hidden gather, even", (64, 4096, 4096), dp_sp_tp, "S0,S1,S2", "S0,S1,R"),
+        _named("sequence parallel gather", act, dp_tp, "S0,S1", "S0,R"),
+        _named("sequence parallel gather, even", even, dp_tp, "S0,S1", "S0,R"),
+        _named("sequence to hidden", act, dp_tp, "S0,S1", "S0,S2"),
+        _named("sequence to heads", heads, dp_tp, "S0,S1", "S0,S2"),
+        _named("heads to sequence", heads, dp_tp, "S0,S2", "S0,S1"),
+        _named("strided hidden to hidden", act, dp_tp, "S0,SS2:4", "S0,S2"),
+        _named("vocabulary unshard", vocab, dp_tp, "S0,S0", "R,S0"),
+        _named("vocabulary gather", vocab, dp_tp, "S0,R", "R,R"),
+        _named("context parallel gather", cp_act, dp_cp_tp, "S0,S1,R", "S0,R,R"),
+        _named("context to tensor parallel", cp_act, dp_cp_tp, "S0,S1,S1", "S0,S1,S2"),
+        _named("context to heads (all-to-all)", cp_heads, dp_cp_tp, "S0,S1,S2", "S0,S2,S2"),
+        _named("sequence and hidden gather", cp_act, dp_cp_tp, "S0,S1,S2", "S0,R,R"),
+        _named("hidden gather", cp_act, dp_sp_tp, "S0,S1,S2", "S0,S1,R"),
+        _named("hidden gather, even", (64, 4096, 4096), dp_sp_tp, "S0,S1,S2", "S0,S1,R"),
     ]
 
 
