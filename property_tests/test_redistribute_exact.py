@@ -32,6 +32,11 @@ plan built from labels computed for the shape itself; so must a plan on a shape 
 multiples of their units only in part, whose multiples are labelled by their unit dims scaled.
 (Tiers 1 and 2 run such plans on every rank too: a small even shape plans through its unit.)
 
+And on meshes of 105-128 ranks, where the planner counts one rank per class of ranks
+(``labels.rank_classes``; the other tiers' meshes count every rank): tier 1 on 120 seeded
+cases (``test_large_meshes_run_exactly``), and the plan counted per class against the plan
+counted on every rank, on large and small meshes (``test_plans_count_one_rank_per_class``).
+
 A failing case prints as ``(shape) on (mesh): [src] -> [dst]`` (and `` joint=False``); paste
 it into ``Case.parse`` to reproduce (``redistribute_sim.py``; ``dataclasses.replace(case,
 joint=False)`` for the latter).
@@ -413,43 +418,76 @@ def test_simulator_agrees_with_local_tensor_mode() -> None:
     failures = []
     checked = 0
     for size, cases in _local_tensor_cases().items():
-        with simulated_world(size):
-            # One mesh per shape, alive as long as the mode: LocalTensorMode caches a mesh's
-            # coordinates by id(mesh), so a new mesh that reuses a freed one's id would get
-            # the old mesh's coordinates (torch 2.13).
-            meshes: dict[tuple[int, ...], DeviceMesh] = {}
-            for index, case in enumerate(cases):
-                if case.mesh not in meshes:
-                    meshes[case.mesh] = init_device_mesh("cpu", case.mesh)
-                mesh = meshes[case.mesh]
-                plan = case.plan()
-                full = full_tensor(case.shape)
-                if index % 4 == 0 and not any(p.kind == "P" for p in case.src):
-                    # complex data: the executor hands collectives real views of it
-                    full = full.to(torch.complex128) * (1 + 2j)
-                srcs = source_locals(case, full)
-                world = Group(dist.group.WORLD, World.of(case.mesh).coords)
-                local = rank_map(lambda r, srcs=srcs: srcs[r].clone())
-                try:
-                    with CommDebugMode() as comm:
-                        out = execute(local, plan, mesh, mesh.get_coordinate(), world)
-                except Exception as e:
-                    failures.append(f"{case}: {plan}: execute raised {e!r}")
-                    continue
-                sim = run_plan(plan, srcs).outputs
-                want = expected_locals(case, full)
-                for r, coord in enumerate(World.of(case.mesh).coords):
-                    got = out._local_tensors[r]  # type: ignore[attr-defined]
-                    if not (torch.equal(got, sim[r]) and torch.equal(got, want[r])):
-                        failures.append(
-                            f"{case}: {plan}: rank {coord}: execute {got}, simulator {sim[r]}, "
-                            f"expected {want[r]}"
-                        )
-                        break
-                counts = collections.Counter(s.collective for s in plan.steps if s.collective)
-                ran = {str(op).rsplit(".", 1)[-1]: n for op, n in comm.get_comm_counts().items()}
-                if ran != dict(counts):
-                    failures.append(f"{case}: {plan}: CommDebugMode counted {ran}, plan {counts}")
-                checked += 1
+        failures += _run_under_local_tensor_mode(size, cases)
+        checked += len(cases)
     assert not failures, "\n\n".join(failures[:5])
     assert checked == LOCAL_TENSOR_CASES
+
+
+def _run_under_local_tensor_mode(size: int, cases: list[Case]) -> list[str]:
+    """Each case through ``execute`` under ``LocalTensorMode`` on a fake world of ``size``
+    ranks (a quarter on complex data): every rank's result against the simulator's and the
+    ground truth, and the collectives ``CommDebugMode`` counts against the plan's."""
+    failures = []
+    with simulated_world(size):
+        # One mesh per shape, alive as long as the mode: LocalTensorMode caches a mesh's
+        # coordinates by id(mesh), so a new mesh that reuses a freed one's id would get
+        # the old mesh's coordinates (torch 2.13).
+        meshes: dict[tuple[int, ...], DeviceMesh] = {}
+        for index, case in enumerate(cases):
+            if case.mesh not in meshes:
+                meshes[case.mesh] = init_device_mesh("cpu", case.mesh)
+            mesh = meshes[case.mesh]
+            plan = case.plan()
+            full = full_tensor(case.shape)
+            if index % 4 == 0 and not any(p.kind == "P" for p in case.src):
+                # complex data: the executor hands collectives real views of it
+                full = full.to(torch.complex128) * (1 + 2j)
+            srcs = source_locals(case, full)
+            world = Group(dist.group.WORLD, World.of(case.mesh).coords)
+            local = rank_map(lambda r, srcs=srcs: srcs[r].clone())
+            try:
+                with CommDebugMode() as comm:
+                    out = execute(local, plan, mesh, mesh.get_coordinate(), world)
+            except Exception as e:
+                failures.append(f"{case}: {plan}: execute raised {e!r}")
+                continue
+            sim = run_plan(plan, srcs).outputs
+            want = expected_locals(case, full)
+            for r, coord in enumerate(World.of(case.mesh).coords):
+                got = out._local_tensors[r]  # type: ignore[attr-defined]
+                if not (torch.equal(got, sim[r]) and torch.equal(got, want[r])):
+                    failures.append(
+                        f"{case}: {plan}: rank {coord}: execute {got}, simulator {sim[r]}, "
+                        f"expected {want[r]}"
+                    )
+                    break
+            counts = collections.Counter(s.collective for s in plan.steps if s.collective)
+            ran = {str(op).rsplit(".", 1)[-1]: n for op, n in comm.get_comm_counts().items()}
+            if ran != dict(counts):
+                failures.append(f"{case}: {plan}: CommDebugMode counted {ran}, plan {counts}")
+    return failures
+
+
+# ------------------------------------------- large meshes: the plans counted per rank class
+
+LARGE_CASES = 120
+#: Meshes of more than ``plan._CLASSES_ABOVE`` ranks, where the planner counts one rank per
+#: class: the other tiers' meshes (at most 8 ranks) count every rank.
+LARGE_MESHES = ((128,), (16, 8), (2, 8, 8), (4, 4, 8), (3, 5, 7))
+LARGE_SIZES = (1, 2, 3, 5, 8, 9, 16, 17, 33, 64, 130)
+
+
+def _large_case(rng: random.Random) -> Case:
+    case = random_case(rng, world=128, meshes=LARGE_MESHES, sizes=LARGE_SIZES, max_numel=8192)
+    assert math.prod(case.mesh) > plan_module._CLASSES_ABOVE, case
+    return case
+
+
+def test_large_meshes_run_exactly() -> None:
+    """Tier 1 on meshes of 105-128 ranks: every rank's result, bytes and limit, with the plan
+    counted per rank class. (Not tier 3: ``LocalTensorMode`` runs every op once per rank, and
+    a sample of six such cases took over ten minutes.)"""
+    rng = random.Random(5)
+    for _ in range(LARGE_CASES):
+        check_case(_large_case(rng))
