@@ -242,6 +242,9 @@ def redistribute_local_tensor(
     source = _as_source(local_tensor, plan, *coord)
     world = _joint(mesh) if any(len(s.mesh_dims) > 1 for s in plan.steps) else None
     out = execute(source, plan, mesh, coord, world, async_op=async_op)
+    order = _order(target_spec)
+    if order is not None:
+        out = _laid_out(out, order)
     if local_tensor.dim() != len(plan.shape):
         out = _as_given(out, local_tensor, plan, *coord)
     if _observer is not None:
@@ -260,6 +263,43 @@ def _as_source(local: torch.Tensor, plan: Plan, *coord: int) -> torch.Tensor:
         return local
     _missing(tuple(local.shape), want, plan, coord)
     return local.reshape(want)
+
+
+def _order(spec: DTensorSpec) -> tuple[int, ...] | None:
+    """The spec's dims from the largest global stride to the smallest (ties in dim order),
+    where that is not row-major for the dims of more than one element; None where it is, where
+    such a dim is expanded (stride 0: no order), or where the sizes or strides are not ints."""
+    meta = spec.tensor_meta
+    if meta is None or not set(map(type, (*meta.shape, *meta.stride))) <= _INT:
+        return None
+    sizes, strides = meta.shape, meta.stride
+    order = tuple(sorted(range(len(strides)), key=lambda d: (-strides[d], d)))
+    big = [d for d in order if sizes[d] > 1]
+    if big == sorted(big) or any(strides[d] == 0 for d in big):
+        return None
+    return order
+
+
+@maybe_run_for_local_tensor
+def _laid_out(out: torch.Tensor, order: tuple[int, ...]) -> torch.Tensor:
+    """``out`` dense in the DTensor's order of dims (``order``, outermost first), as a local
+    chunk is (``execute._take``). A collective's output is row-major; where the global strides
+    are not (a transposed tensor, its gradient), a later view that the global tensor allows
+    would not be one of the local tensor (torch decides views by the global strides)."""
+    strides, sizes = out.stride(), out.shape
+    kept = [d for d in order if sizes[d] > 1]  # a dim of one element has no place in memory
+    if all(strides[a] >= strides[b] for a, b in itertools.pairwise(kept)) and _dense(out):
+        return out
+    back = sorted(range(out.dim()), key=order.__getitem__)  # the inverse permutation
+    res = out.new_empty([sizes[d] for d in order]).permute(back)
+    res.copy_(out)
+    return res
+
+
+def _dense(t: torch.Tensor) -> bool:
+    """Whether ``t``'s elements fill its storage span without gaps or overlaps."""
+    span = 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride(), strict=True) if n)
+    return t.numel() == 0 or span == t.numel()
 
 
 @maybe_run_for_local_tensor

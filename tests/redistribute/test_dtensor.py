@@ -282,6 +282,59 @@ def test_a_gradient_chunked_from_a_transposed_tensor_is_viewed_back(mode: str) -
     assert outcome.right, outcome
 
 
+@pytest.mark.parametrize("mode", ["methods", "dispatcher"])
+def test_a_gathered_gradient_of_a_transposed_tensor_is_viewed_back(mode: str) -> None:
+    """A random program (seed 711498 of ``dtensor_programs``): (16, 2) ``[Replicate()]`` on 8
+    ranks, viewed to (2, 8, 2) and (2, 16), transposed, redistributed to ``[Shard(1)]``, then
+    a matmul. With cute_shard's prices the matmul's gradient reaches the redistribution as
+    ``[Shard(0)]``, and its backward gathers it: the gathered local tensor must be laid out
+    in the DTensor's order of dims (its global strides are transposed), not row-major, or
+    the views' backward cannot view it. It raised before; now output and gradient equal the
+    one-process program's on every rank, in both modes."""
+    from property_tests.dtensor_programs import random_program, run_program
+
+    cute_shard.install(reshape_may_copy=mode)  # type: ignore[arg-type]
+    try:
+        outcome = run_program(random_program(711498))
+    finally:
+        cute_shard.uninstall()
+    assert outcome.right, outcome
+
+
+def _stride_order(strides: Sequence[int]) -> list[int]:
+    return sorted(range(len(strides)), key=lambda d: -strides[d])
+
+
+def test_a_redistribution_keeps_the_local_tensor_in_the_global_order_of_dims() -> None:
+    """Every step's output is laid out in the DTensor's order of dims: a transposed (12, 8)
+    and a permuted (4, 6, 8) (whose order is not its own inverse), ``[Shard(1)] ->
+    [Replicate()]`` (a gather) and ``[Shard(0)] -> [Shard(1)]`` (an exchange), give local
+    tensors whose strides follow the global ones, and contiguous tensors stay row-major.
+    (torch's own gather returns a row-major local tensor there.)"""
+    cute_shard.install()
+    with every_rank(4):
+        mesh = init_device_mesh("cpu", (4,))
+        flat = torch.arange(192.0)
+        bases = (
+            flat[:96].reshape(8, 12).t(),
+            flat[:96].reshape(8, 12),
+            flat.reshape(8, 4, 6).permute(1, 2, 0),
+            flat.reshape(4, 6, 8),
+        )
+        for base in bases:
+            order = _stride_order(base.stride())
+            for src, dst in (([Shard(1)], [Replicate()]), ([Shard(0)], [Shard(1)])):
+                x = distribute_tensor(base, mesh, src)
+                y = x.redistribute(mesh, dst)
+                assert _stride_order(y.stride()) == order, (src, dst, y.stride())
+                for r in range(4):
+                    local = y._local_tensor._local_tensors[r]  # type: ignore[attr-defined]
+                    assert _stride_order(local.stride()) == order, (r, local.stride())
+                    want = oracle.local_shard(base, dst, (4,), (r,))
+                    assert torch.equal(local, want)
+                assert torch.equal(y.full_tensor()._local_tensors[0], base)  # type: ignore[attr-defined]
+
+
 # ---------------------------------------------------------------------------- uninstall
 
 
