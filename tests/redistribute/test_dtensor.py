@@ -265,37 +265,25 @@ def test_from_local_backward_redistributes_the_gradient(seen: Seen) -> None:
 
 
 @pytest.mark.parametrize("mode", ["methods", "dispatcher"])
-def test_a_gradient_chunked_from_a_transposed_tensor_is_viewed_back(mode: str) -> None:
-    """A random program (seed 300558 of ``dtensor_programs``): (8, 8, 12, 3) ``[Shard(0)]`` on
-    8 ranks, reshaped, transposed, viewed, redistributed to ``[Shard(2)]``, transposed and
-    permuted. In the backward the gradient of the redistribution is chunked from a
-    transposed replicated tensor, then viewed back through the transposes: the chunk must keep
-    the local tensor's order of dims (as torch's does), or the last local view fails. Output
-    and gradient equal the one-process program's on every rank, in both modes."""
+@pytest.mark.parametrize("seed", [300558, 711498])
+def test_a_gradient_of_a_transposed_tensor_is_viewed_back(seed: int, mode: str) -> None:
+    """Two random programs (``dtensor_programs``) whose backward views back, through
+    transposes, a gradient the redistribution's backward made; the local tensor must be laid
+    out in the DTensor's order of dims, or that local view fails. Output and gradient equal
+    the one-process program's on every rank, in both modes.
+
+    - 300558: (8, 8, 12, 3) ``[Shard(0)]`` on 8 ranks, reshaped, transposed, viewed,
+      redistributed to ``[Shard(2)]``, transposed and permuted: the gradient is *chunked* from a
+      transposed replicated tensor (the chunk keeps the local order, as torch's does).
+    - 711498: (16, 2) ``[Replicate()]`` on 8 ranks, viewed to (2, 8, 2) and (2, 16),
+      transposed, redistributed to ``[Shard(1)]``, then a matmul: with cute_shard's prices the
+      matmul's gradient reaches the redistribution as ``[Shard(0)]`` and is *gathered* (a
+      collective's output is row-major, so it is laid out again; it raised before)."""
     from property_tests.dtensor_programs import random_program, run_program
 
     cute_shard.install(reshape_may_copy=mode)  # type: ignore[arg-type]
     try:
-        outcome = run_program(random_program(300558))
-    finally:
-        cute_shard.uninstall()
-    assert outcome.right, outcome
-
-
-@pytest.mark.parametrize("mode", ["methods", "dispatcher"])
-def test_a_gathered_gradient_of_a_transposed_tensor_is_viewed_back(mode: str) -> None:
-    """A random program (seed 711498 of ``dtensor_programs``): (16, 2) ``[Replicate()]`` on 8
-    ranks, viewed to (2, 8, 2) and (2, 16), transposed, redistributed to ``[Shard(1)]``, then
-    a matmul. With cute_shard's prices the matmul's gradient reaches the redistribution as
-    ``[Shard(0)]``, and its backward gathers it: the gathered local tensor must be laid out
-    in the DTensor's order of dims (its global strides are transposed), not row-major, or
-    the views' backward cannot view it. It raised before; now output and gradient equal the
-    one-process program's on every rank, in both modes."""
-    from property_tests.dtensor_programs import random_program, run_program
-
-    cute_shard.install(reshape_may_copy=mode)  # type: ignore[arg-type]
-    try:
-        outcome = run_program(random_program(711498))
+        outcome = run_program(random_program(seed))
     finally:
         cute_shard.uninstall()
     assert outcome.right, outcome
