@@ -737,8 +737,9 @@ def _moves(shape_of: _Shape, steps: tuple[Step, ...]) -> tuple[Move, ...]:
 # A mesh of more ranks than this counts one rank per class (``labels.rank_classes``), a
 # smaller one every rank: finding the classes costs about what counting 64 ranks does.
 # (Measured, cold plans: on meshes of 8-32 ranks the classes cost 15-25 % more; on 64, the
-# same; on (16, 8) 1.4x less for activations (b, 4001, 4096) and on meshes of 1,024 ranks
-# 6-12x less, where a plan counting every rank costs 0.25-0.5 ms.)
+# same; on (16, 8) 1.4x less for activations (b, 4001, 4096), 6 % more for random small
+# shapes; on meshes of 1,024 ranks 6-12x less for activations, where a plan counting every
+# rank costs 0.25-0.8 ms, and 1.75x less for random shapes.)
 _CLASSES_ABOVE = 64
 
 
