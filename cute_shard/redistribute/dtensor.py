@@ -52,7 +52,7 @@ from torch.distributed.tensor.placement_types import Partial, Replicate, Shard, 
 from torch.fx.experimental.symbolic_shapes import has_guarding_hint, optimization_hint
 
 from ..notation import PlacementSpec
-from .execute import Group, execute
+from .execute import Group, execute, laid_out
 from .plan import plan_of_symbols, plan_of_tuples
 from .types import Kind, Plan, Step
 
@@ -244,7 +244,7 @@ def redistribute_local_tensor(
     out = execute(source, plan, mesh, coord, world, async_op=async_op)
     order = _order(target_spec)
     if order is not None:
-        out = _laid_out(out, order)
+        out = laid_out(out, order)
     if local_tensor.dim() != len(plan.shape):
         out = _as_given(out, local_tensor, plan, *coord)
     if _observer is not None:
@@ -278,28 +278,6 @@ def _order(spec: DTensorSpec) -> tuple[int, ...] | None:
     if big == sorted(big) or any(strides[d] == 0 for d in big):
         return None
     return order
-
-
-@maybe_run_for_local_tensor
-def _laid_out(out: torch.Tensor, order: tuple[int, ...]) -> torch.Tensor:
-    """``out`` dense in the DTensor's order of dims (``order``, outermost first), as a local
-    chunk is (``execute._take``). A collective's output is row-major; where the global strides
-    are not (a transposed tensor, its gradient), a later view that the global tensor allows
-    would not be one of the local tensor (torch decides views by the global strides)."""
-    strides, sizes = out.stride(), out.shape
-    kept = [d for d in order if sizes[d] > 1]  # a dim of one element has no place in memory
-    if all(strides[a] >= strides[b] for a, b in itertools.pairwise(kept)) and _dense(out):
-        return out
-    back = sorted(range(out.dim()), key=order.__getitem__)  # the inverse permutation
-    res = out.new_empty([sizes[d] for d in order]).permute(back)
-    res.copy_(out)
-    return res
-
-
-def _dense(t: torch.Tensor) -> bool:
-    """Whether ``t``'s elements fill its storage span without gaps or overlaps."""
-    span = 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride(), strict=True) if n)
-    return t.numel() == 0 or span == t.numel()
 
 
 @maybe_run_for_local_tensor

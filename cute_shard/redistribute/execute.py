@@ -21,6 +21,7 @@ sizes that the collectives then read.
 
 from __future__ import annotations
 
+import itertools
 import math
 import operator
 from collections.abc import Callable, Sequence
@@ -38,7 +39,7 @@ from .._compat import all_gather, reduce_scatter
 from .labels import DimLabels, Slot
 from .types import Kind, Plan, State, Step
 
-__all__ = ["Group", "execute"]
+__all__ = ["Group", "execute", "laid_out"]
 
 Coord = tuple[int, ...]
 # Per tensor dim, ranges of a local index; a box of a local tensor is one per dim.
@@ -442,13 +443,39 @@ def _take(x: torch.Tensor, ranges: Box) -> torch.Tensor:
         return _dense(x)
     if x.is_contiguous():
         out = x.new_empty(lengths)
-    else:  # dense in x's order of dims: allocated in that order, then viewed back
+    else:  # dense in x's order of dims
         strides = x.stride()
-        order = sorted(range(x.dim()), key=lambda d: -strides[d])
-        back = sorted(range(x.dim()), key=order.__getitem__)
-        out = x.new_empty([lengths[d] for d in order]).permute(back)
+        out = _empty_in_order(x, lengths, sorted(range(x.dim()), key=lambda d: -strides[d]))
     _put_from(out, x, ranges)
     return out
+
+
+def _empty_in_order(like: torch.Tensor, shape: Sequence[int], order: Sequence[int]) -> torch.Tensor:
+    """A new tensor of ``shape`` dense in the order of dims ``order`` (outermost first):
+    allocated in that order, then viewed back."""
+    back = sorted(range(len(order)), key=order.__getitem__)  # the inverse permutation
+    return like.new_empty([shape[d] for d in order]).permute(back)
+
+
+@_per_rank
+def laid_out(out: torch.Tensor, order: tuple[int, ...]) -> torch.Tensor:
+    """``out`` dense in the order of dims ``order`` (outermost first), copied only if it is
+    not: what a DTensor whose global strides are in that order needs of its local tensor (a
+    collective's output is row-major; torch decides a view by the global strides, and a later
+    view the global tensor allows must be one of the local tensor too)."""
+    strides, sizes = out.stride(), out.shape
+    kept = [d for d in order if sizes[d] > 1]  # a dim of one element has no place in memory
+    if all(strides[a] >= strides[b] for a, b in itertools.pairwise(kept)) and _fills(out):
+        return out
+    res = _empty_in_order(out, sizes, order)
+    res.copy_(out)
+    return res
+
+
+def _fills(t: torch.Tensor) -> bool:
+    """Whether ``t``'s elements fill its storage span without gaps or overlaps."""
+    span = 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride(), strict=True) if n)
+    return t.numel() == 0 or span == t.numel()
 
 
 def _dense(x: torch.Tensor) -> torch.Tensor:
