@@ -280,6 +280,10 @@ def check_classes(case: Case) -> None:
     every, every_limit = _built(case, _every_rank)
     assert plan == every, f"{case}: {plan} != {every} counted on every rank"
     assert limit == every_limit, f"{case}: limit {limit} != {every_limit} on every rank"
+    # as the planner searches them: small mesh dims counted whole
+    above = plan_module._CLASSES_OF_MESH_DIMS_ABOVE
+    some, _ = _built(case, functools.partial(labels_module.rank_classes, above=above))
+    assert some == every, f"{case}: {some} != {every} with mesh dims of <= {above} counted whole"
     classes = labels_module.rank_classes(plan.dims, case.mesh)
     everyone = labels_module.mesh_ranks(case.mesh)
     for d in plan.dims:

@@ -257,6 +257,21 @@ def getter(at: Sequence[int]) -> Callable[[tuple[int, ...]], tuple[int, ...]]:
     return operator.itemgetter(*at)
 
 
+def _entry(i: int) -> Callable[[tuple[int, ...]], int]:
+    return operator.itemgetter(i)
+
+
+def _without(width: int, *at: int) -> Callable[[tuple[int, ...]], tuple[int, ...]]:
+    """A function writing a tuple of ``width`` items without the items at ``at``."""
+    return getter([k for k in range(width) if k not in at])
+
+
+def _file(lists: list[list[object]], at: Iterable[int], items: Iterable[object]) -> None:
+    """Append each of ``items`` to ``lists[a]``, ``a`` the matching item of ``at``: one
+    C-level pass (``list.append`` mapped over both, the results dropped)."""
+    collections.deque(map(list.append, map(lists.__getitem__, at), items), maxlen=0)
+
+
 @dataclass(slots=True, unsafe_hash=True)
 class DimLabels:
     """One tensor dim of a redistribution: its size, the slots that constrain it (source mesh
@@ -425,39 +440,58 @@ class DimLabels:
             self._memo[key] = memo
         return memo  # type: ignore[return-value]
 
-    def slices(self, at: tuple[int, ...], size: int) -> tuple[object, ...]:
+    def classes(self, at: tuple[int, ...], size: int) -> tuple[int, ...]:
         """Per coordinate c of the ``size`` coordinates of the mesh dim whose slots are at
-        ``at`` in the labels: the labels carrying c at one of them, each with those entries
-        that are c written -1, and their counts (the count alone where c is the whole label).
-        What ``rank_classes`` compares. A unit dim's scaled answers with its unit's (every count
-        times one factor: equal slices stay equal, and symbolic counts are never compared)."""
+        ``at`` in the labels, the least coordinate this dim treats alike (``rank_classes``):
+        whose slice is c's. A slice is the labels carrying c at one of those slots, each with
+        the entries that are c written -1, and their counts (the count alone where c is the
+        whole label). Kept per dim, and a unit dim's scaled answers with its unit's (every
+        count times one factor: equal slices stay equal, and symbolic counts are never
+        compared), so a dim of a multiple of its unit finds its classes once for every size."""
         unit = self._memo.get(_UNIT)
         if unit is not None:
-            return cast("tuple[DimLabels, int]", unit)[0].slices(at, size)
-        key = ("slices", at, size)
+            return cast("tuple[DimLabels, int]", unit)[0].classes(at, size)
+        key = ("classes", at, size)
         memo = self._memo.get(key)
         if memo is None:
-            full = self.counts(self.slots)
-            if len(self.slots) == 1:  # the labels are the coordinates: a slice is a count
-                memo = tuple(map(full.get, zip(range(size)), _ZEROS))
-            else:
-                parts: list[dict[tuple[int, ...], int]] = [{} for _ in range(size)]
-                if len(at) == 1:
-                    (i,) = at
-                    for lab, n in full.items():
-                        parts[lab[i]][(*lab[:i], -1, *lab[i + 1 :])] = n
-                else:  # a source and a target slot (a dim has at most one of each per mesh dim)
-                    i, j = at
-                    for lab, n in full.items():
-                        a, b = lab[i], lab[j]
-                        if a == b:
-                            parts[a][(*lab[:i], -1, *lab[i + 1 : j], -1, *lab[j + 1 :])] = n
-                        else:
-                            parts[a][(*lab[:i], -1, *lab[i + 1 :])] = n
-                            parts[b][(*lab[:j], -1, *lab[j + 1 :])] = n
-                memo = tuple([frozenset(p.items()) for p in parts])
-            self._memo[key] = memo
+            slices = self._slices(at, size)
+            # each slice's least coordinate: written from the last coordinate down, the least
+            # is written last (a dict keeps a key where it was first put, with the last value)
+            least = dict(zip(reversed(slices), range(size - 1, -1, -1), strict=True))
+            self._memo[key] = memo = tuple(map(least.__getitem__, slices))
         return memo  # type: ignore[return-value]
+
+    def _slices(self, at: tuple[int, ...], size: int) -> tuple[object, ...]:
+        """Each coordinate's slice (``classes``). A label is written without the entries that
+        are the coordinate, tagged with which those are (the same as writing them as a mark),
+        and the slices are filled in C-level passes (``_file``): a dim that a large mesh dim
+        cuts has many labels."""
+        full = self.counts(self.slots)
+        width = len(self.slots)
+        if width == 1:  # the labels are the coordinates: a slice is a count
+            return tuple(map(full.get, zip(range(size)), _ZEROS))
+        parts: list[list[object]] = [[] for _ in range(size)]
+        if len(at) == 1:
+            (i,) = at
+            _file(
+                parts,
+                map(_entry(i), full),
+                zip(map(_without(width, i), full), full.values(), strict=True),
+            )
+            return tuple(map(frozenset, parts))
+        # a source and a target slot (a dim has at most one of each per mesh dim)
+        i, j = at
+        same = list(map(operator.eq, map(_entry(i), full), map(_entry(j), full)))
+        both = list(itertools.compress(full, same))
+        differ = list(itertools.compress(full, map(operator.not_, same)))
+        count = full.__getitem__
+        # a label carrying the coordinate at both slots, written without either (tag -1)
+        entries = zip(map(_without(width, i, j), both), map(count, both), itertools.repeat(-1))
+        _file(parts, map(_entry(i), both), entries)
+        for k in at:  # carrying it at slot k only: written without k, tagged k
+            entries = zip(map(_without(width, k), differ), map(count, differ), itertools.repeat(k))
+            _file(parts, map(_entry(k), differ), entries)
+        return tuple(map(frozenset, parts))
 
     def scaled(self, k: int) -> DimLabels:
         """This dim at ``k`` times its size, every cut ``k`` times further along: the labels
@@ -507,7 +541,7 @@ def mesh_ranks(mesh: tuple[int, ...]) -> Ranks:
     return Ranks(mesh, tuple(itertools.product(*(range(size) for size in mesh))), mesh)
 
 
-def rank_classes(dims: Sequence[DimLabels], mesh: tuple[int, ...]) -> Ranks:
+def rank_classes(dims: Sequence[DimLabels], mesh: tuple[int, ...], above: int = 1) -> Ranks:
     """One rank per class of ranks that hold, need and send alike in every state of the dims'
     labellings: what the planner counts, so that its cost follows the shardings' structure,
     not the number of ranks (a (128, 8) mesh with every shard even is one class).
@@ -517,15 +551,24 @@ def rank_classes(dims: Sequence[DimLabels], mesh: tuple[int, ...]) -> Ranks:
     a rank holds (``senders``), are the same for a rank at a as for the rank at b with
     everything else equal. It does when, in every dim, the labels carrying a at m's slots,
     with a written as a mark, are those carrying b, with b so written, with the same counts
-    (``slices``): a label carrying both would be written with b in a's slice and could not be
-    in b's, so none does, and the swap maps each label to one of the same count. The swaps
-    of different mesh dims compose, so the classes are products of each mesh dim's, and every
-    rank's counts are those of the representative of its class.
+    (``DimLabels.classes``): a label carrying both would be written with b in a's slice and
+    could not be in b's, so none does, and the swap maps each label to one of the same
+    count. The swaps of different mesh dims compose, so the classes are products of each
+    mesh dim's, and every rank's counts are those of the representative of its class.
     Example: (12, 11) on mesh (8,), ``[S0] -> [S1]``: the source's chunks of dim 0 are
     2, 2, 2, 2, 2, 2, 0, 0 and the target's of dim 1 are 2, 2, 2, 2, 2, 1, 0, 0, so the
     classes are ranks 0-4, rank 5 and ranks 6-7: three ranks counted for eight.
+
+    Only mesh dims of more than ``above`` coordinates are searched; each coordinate of a
+    smaller one is its own class (finer classes count the same: for a dim of few coordinates,
+    counting every one costs less than comparing them).
     """
-    reps = tuple([_representatives(dims, m, size) for m, size in enumerate(mesh)])
+    reps = tuple(
+        [
+            _representatives(dims, m, size) if size > above else tuple(range(size))
+            for m, size in enumerate(mesh)
+        ]
+    )
     if all(map(operator.eq, map(len, reps), mesh)):
         return mesh_ranks(mesh)
     return _class_ranks(mesh, reps)
@@ -537,20 +580,24 @@ def _class_ranks(mesh: tuple[int, ...], reps: tuple[tuple[int, ...], ...]) -> Ra
 
 
 def _representatives(dims: Sequence[DimLabels], m: int, size: int) -> tuple[int, ...]:
-    """The least coordinate of each class of mesh dim m's coordinates (``rank_classes``)."""
+    """The least coordinate of each class of mesh dim m's coordinates (``rank_classes``):
+    alike in every dim, so the classes are the dims' (``DimLabels.classes``) intersected."""
     if size == 1:
         return (0,)
-    parts: list[tuple[object, ...]] = []
+    parts: list[tuple[int, ...]] = []
     for d in dims:
         at = tuple([i for i, slot in enumerate(d.slots) if slot[1] == m])
         if at:
-            parts.append(d.slices(at, size))
+            part = d.classes(at, size)
+            if any(part):  # (a dim whose coordinates are all alike divides none)
+                parts.append(part)
     if not parts:
-        return (0,)  # m constrains no dim: its coordinates are all alike
-    # each signature's least coordinate: written from the last coordinate down, the least
-    # is written last (a dict keeps a key where it was first put, with the last value)
-    signatures = zip(*parts, strict=True) if len(parts) > 1 else parts[0]
-    least = dict(zip(reversed(tuple(signatures)), range(size - 1, -1, -1), strict=True))
+        return (0,)  # every dim treats m's coordinates alike
+    if len(parts) == 1:
+        return tuple(sorted(set(parts[0])))
+    # coordinates alike in every dim: their tuples of least coordinates are equal
+    signatures = tuple(zip(*parts, strict=True))
+    least = dict(zip(reversed(signatures), range(size - 1, -1, -1), strict=True))
     return tuple(sorted(least.values()))
 
 
