@@ -136,7 +136,9 @@ def run_plan(plan: Plan, local: Sequence[torch.Tensor]) -> Run:
 
     Also checks, as real ranks would fail to: every local tensor has the shape the plan says
     (``plan.local_shape``) before and after every step, and the collectives' sizes agree
-    across ranks; ``SimulationError`` otherwise."""
+    across ranks; and, as the executor promises: every buffer handed to a collective is
+    contiguous, and so is every step's result (the sources given are); ``SimulationError``
+    otherwise."""
     world = World.of(plan.mesh)
     if len(local) != len(world.coords):
         raise ValueError(f"{len(local)} local tensors for a mesh {plan.mesh}")
@@ -162,6 +164,12 @@ def _check_shapes(
         want = plan.local_shape(state, coord)
         if tuple(x.shape) != want:
             raise SimulationError(f"{when}: rank {coord} holds {tuple(x.shape)}, plan says {want}")
+        _check_contiguous(x, f"{when}: rank {coord}'s local tensor")
+
+
+def _check_contiguous(x: torch.Tensor, what: str) -> None:
+    if not x.is_contiguous():
+        raise SimulationError(f"{what} is not contiguous: {tuple(x.shape)}, {x.stride()}")
 
 
 # ------------------------------------------------------------------------------ reductions
@@ -216,6 +224,8 @@ def _reduce_scatter(
             ex._scatter_parts(xs[r], plan.dims, step.before, m, size, *world.coords[r])
             for r in group
         ]
+        for r, b in zip(group, bufs, strict=True):
+            _check_contiguous(b, f"{step}: rank {world.coords[r]}'s buffer")
         lengths = {b.numel() for b in bufs}
         if len(lengths) != 1 or next(iter(lengths)) % size:
             raise SimulationError(f"{step}: reduce-scatter of buffers of {sorted(lengths)}")
@@ -261,6 +271,7 @@ def _exchange(
             coord = world.coords[r]
             peers = ex._along(coord, md[0], world.shape[md[0]]) if len(md) == 1 else world.coords
             send, *in_splits = ex._pack(xs[r], dims, before, after, md, peers, *coord)
+            _check_contiguous(send, f"{step}: rank {coord}'s send buffer")
             if sum(in_splits) != send.numel():
                 raise SimulationError(f"{step}: rank {coord} sends {send.numel()} != {in_splits}")
             sends[r] = list(send.split(list(in_splits)))

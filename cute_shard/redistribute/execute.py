@@ -21,12 +21,13 @@ sizes that the collectives then read.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.distributed._functional_collectives as funcol
@@ -94,9 +95,10 @@ def _complex(buf: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 
 
 def _wait(t: torch.Tensor) -> torch.Tensor:
+    """A collective's output, completed, as a plain tensor: waited on the tensor it wraps (the
+    wrapper's own dispatch costs several times the wait)."""
     if isinstance(t, funcol.AsyncCollectiveTensor):
-        done: torch.Tensor = funcol.wait_tensor(t)  # type: ignore[no-untyped-call]  # untyped in torch
-        return done
+        return t.wait()
     return t
 
 
@@ -135,9 +137,12 @@ def _all_reduce(
 ) -> torch.Tensor:
     shape = x.shape
     for m in step.mesh_dims:
-        flat = _real(x.contiguous().reshape(-1))
-        reduced = _ready(funcol.all_reduce(flat, step.reduce_op or "sum", (mesh, m)))
-        x = _complex(reduced, x).reshape(shape)
+        reduced = _ready(
+            funcol.all_reduce(_real(x.contiguous()), step.reduce_op or "sum", (mesh, m))
+        )
+        reduced = _complex(reduced, x)  # (a complex one went flat)
+        # (an op on a pending output pays its wrapper's dispatch: none where none is needed)
+        x = reduced if reduced.shape == shape else reduced.reshape(shape)
     return x
 
 
@@ -158,11 +163,14 @@ def _scatter_parts(
     to the largest part (ranks along m hold the same ``x``, so the buffers agree)."""
     d = next(i for i, dim in enumerate(dims) if (1, m) in dim.slots)
     dim, slots = dims[d], before[d]
-    parts = []
+    boxes = []
     for c in range(size):
         ranges: list[Ranges] = list(_whole(x))
         ranges[d] = dim.local_ranges(slots, _key(slots, coord), ((1, m),), (c,))
-        parts.append(_take(x, tuple(ranges)).reshape(-1))
+        boxes.append(tuple(ranges))
+    if _tiles(boxes, tuple(x.shape)) == d:  # equal parts in order: no padding, one copy
+        return _blocks_of(x, d, size)
+    parts = [_take(x, box).reshape(-1) for box in boxes]
     width = max(p.numel() for p in parts)
     padded = [torch.nn.functional.pad(p, (0, width - p.numel())) for p in parts]
     return torch.cat(padded)
@@ -173,7 +181,9 @@ def _own_part(
     y: torch.Tensor, dims: tuple[DimLabels, ...], after: State, *coord: int
 ) -> torch.Tensor:
     shape = _shape(dims, after, coord)
-    return y[: math.prod(shape)].reshape(shape)
+    n = math.prod(shape)
+    # (each op on a pending output pays its wrapper's dispatch: one where one does)
+    return y.reshape(shape) if y.numel() == n else y[:n].reshape(shape)
 
 
 def _exchange(
@@ -208,6 +218,8 @@ def _gathered(
     """An all-gather of equal blocks: every peer's whole local tensor, placed by the labels."""
     (m,) = step.mesh_dims
     group, peers = (mesh, m), _along(coord, m, mesh.size(m))
+    # flat: ranks may hold blocks of one size but different shapes (a dim of size 0), which
+    # a gather of tensors refuses
     flat = _real(x.contiguous().reshape(-1))
     gathered = _complex(_ready(all_gather(flat, 0, group)), x)
     return _place(gathered, x, plan.dims, step.before, step.after, peers, *coord)
@@ -223,15 +235,54 @@ def _place(
     peers: tuple[Coord, ...],
     *coord: int,
 ) -> torch.Tensor:
-    shape = _shape(dims, after, coord)
-    boxes = [_box(dims, after, coord, before, q) for q in peers]
-    if _in_order(boxes, shape, gathered.numel()):
+    shape, boxes, tiled = _placing(dims, before, after, peers, coord)
+    if boxes is None:
         return gathered.reshape(shape)  # the blocks are the target already: no copy
-    blocks = gathered.reshape(len(peers), -1)
+    # Copied out: waited first, as the first copy would wait anyway, and each op on a
+    # pending output pays the wrapper's dispatch (several times the op on a rank).
+    if tiled is not None:  # the blocks cut the target evenly along one dim: one copy
+        return _from_blocks(_wait(gathered), tiled, len(peers), shape)
+    blocks = _wait(gathered).reshape(len(peers), -1)
     out = x.new_empty(shape)
     for i, ranges in enumerate(boxes):
         _put(out, ranges, blocks[i].reshape(_lengths(ranges)))
     return out
+
+
+_Placing = tuple[tuple[int, ...], tuple["Box", ...] | None, int | None]
+
+
+def _placing(
+    dims: tuple[DimLabels, ...],
+    before: State,
+    after: State,
+    peers: tuple[Coord, ...],
+    coord: Coord,
+) -> _Placing:
+    """A gather's new local shape, where each peer's block goes in it (None: the blocks, one
+    after another, are it) and the dim along which they cut it evenly in group order, if
+    they do (``_tiles``). Kept per step and rank, as ``_exchanging``."""
+    if all(type(d.size) is int for d in dims):
+        return _placing_table(dims, before, after, peers, coord)
+    return _placing_of(dims, before, after, peers, coord)
+
+
+def _placing_of(
+    dims: tuple[DimLabels, ...],
+    before: State,
+    after: State,
+    peers: tuple[Coord, ...],
+    coord: Coord,
+) -> _Placing:
+    shape = _shape(dims, after, coord)
+    boxes = tuple([_box(dims, after, coord, before, q) for q in peers])
+    gathered = len(peers) * math.prod(_shape(dims, before, coord))  # every peer's block
+    if _in_order(boxes, shape, gathered):
+        return shape, None, None
+    return shape, boxes, _tiles(boxes, shape)
+
+
+_placing_table = functools.lru_cache(maxsize=4096)(_placing_of)
 
 
 def _in_order(boxes: Sequence[Box], shape: tuple[int, ...], numel: int) -> bool:
@@ -271,22 +322,13 @@ def _pack(
     *coord: int,
 ) -> tuple[Any, ...]:
     """This rank's send buffer (for each peer in group order, the box of ``x`` it needs) and
-    the boxes' sizes. Its own box stays local (size 0)."""
-    blocks, sizes = [], []
-    for q, member in zip(peers, _members(peers, coord, mesh_dims), strict=True):
-        if not member:
-            sizes.append(0)
-            continue
-        block = _take(x, _box(dims, before, coord, after, q)).reshape(-1)
-        blocks.append(block)
-        sizes.append(block.numel())
-    if not sum(sizes):
-        # A rank that sends nothing sends itself one element (``_recv_splits`` expects it):
-        # the fake process group (dry runs, one rank of a large world) fills what a rank
-        # receives from what it sends and refuses an empty send buffer.
-        sizes[peers.index(coord)] = 1
-        return (x.new_zeros((1,)), *sizes)
-    return (torch.cat(blocks), *sizes)
+    the boxes' sizes (``_Exchange``)."""
+    ex = _exchanging(dims, before, after, mesh_dims, peers, coord)
+    if ex.tiled is not None:
+        return (_blocks_of(x, ex.tiled[0], len(peers)), *ex.in_splits)
+    if not ex.sends:
+        return (x.new_zeros((1,)), *ex.in_splits)
+    return (torch.cat([_take(x, box).reshape(-1) for box in ex.sends]), *ex.in_splits)
 
 
 @_per_rank
@@ -298,29 +340,7 @@ def _recv_splits(
     peers: tuple[Coord, ...],
     *coord: int,
 ) -> tuple[int, ...]:
-    members = _members(peers, coord, mesh_dims)
-    sizes = [
-        math.prod(_lengths(_box(dims, before, q, after, coord))) if member else 0
-        for q, member in zip(peers, members, strict=True)
-    ]
-    if not _sends(dims, before, after, peers, members, coord):
-        sizes[peers.index(coord)] = 1  # the element it sends itself (see ``_pack``)
-    return tuple(sizes)
-
-
-def _sends(
-    dims: tuple[DimLabels, ...],
-    before: State,
-    after: State,
-    peers: tuple[Coord, ...],
-    members: Sequence[bool],
-    coord: Coord,
-) -> bool:
-    """Whether this rank sends any peer (``members``: which of ``peers`` are) anything."""
-    return any(
-        member and math.prod(_lengths(_box(dims, before, coord, after, q)))
-        for q, member in zip(peers, members, strict=True)
-    )
+    return _exchanging(dims, before, after, mesh_dims, peers, coord).out_splits
 
 
 @_per_rank
@@ -335,25 +355,150 @@ def _unpack(
     *coord: int,
 ) -> torch.Tensor:
     """This rank's new local tensor: its own box from ``x``, every peer's from ``recv``."""
-    out = x.new_empty(_shape(dims, after, coord))
-    own = _box(dims, before, coord, after, coord)
-    if math.prod(_lengths(own)):
-        _put(out, _box(dims, after, coord, before, coord), _take(x, own))
+    ex = _exchanging(dims, before, after, mesh_dims, peers, coord)
+    if ex.tiled is not None:
+        return _from_blocks(recv, ex.tiled[1], len(peers), ex.shape)
+    out = x.new_empty(ex.shape)
+    if ex.own is not None:
+        _put(out, ex.own[1], _take(x, ex.own[0]))
+    for offset, ranges, lengths in ex.receives:
+        _put(out, ranges, recv[offset : offset + math.prod(lengths)].reshape(lengths))
+    return out
+
+
+class _Exchange(NamedTuple):
+    """One rank's part in an exchange, read off the labels once per step and rank
+    (``_exchanging``): ``sends``, the boxes of its local tensor it sends, in group order;
+    ``in_splits`` and ``out_splits``, the elements it sends each peer and receives from each
+    (0 for a rank outside its group, and for itself: its own box stays local); ``own``, the
+    box of its local tensor it keeps and where that sits in the new one (None if empty);
+    ``receives``, per peer it receives from, where its block starts in the receive buffer,
+    where it goes in the new local tensor, and its lengths; ``shape``, the new local shape.
+
+    A rank that sends nothing sends itself one element (counted in both splits): the fake
+    process group (dry runs, one rank of a large world) fills what a rank receives from
+    what it sends and refuses an empty send buffer.
+
+    ``tiled``: where the boxes it sends every peer, itself included, cut its local tensor
+    into equal pieces along one dim in group order, and the boxes it receives cut the new one
+    so along one dim (``_tiles``; an even exchange of one dim for another), those two dims.
+    Then the send buffer is the local tensor's pieces in order, one strided copy or none
+    (``_blocks_of``), its own piece sent to itself, and the new local tensor is the receive
+    buffer's pieces put back along their dim, one copy or none (``_from_blocks``): a few
+    tensor ops instead of a few per peer."""
+
+    sends: tuple[Box, ...]
+    in_splits: tuple[int, ...]
+    out_splits: tuple[int, ...]
+    own: tuple[Box, Box] | None
+    receives: tuple[tuple[int, Box, tuple[int, ...]], ...]
+    shape: tuple[int, ...]
+    tiled: tuple[int, int] | None = None
+
+
+def _exchanging(
+    dims: tuple[DimLabels, ...],
+    before: State,
+    after: State,
+    mesh_dims: tuple[int, ...],
+    peers: tuple[Coord, ...],
+    coord: Coord,
+) -> _Exchange:
+    """``_Exchange`` of the rank at ``coord``: kept per step and rank, as a program runs the
+    same redistributions every step (symbolic sizes, which cannot key a table, made anew)."""
+    if all(type(d.size) is int for d in dims):
+        return _exchange_table(dims, before, after, mesh_dims, peers, coord)
+    return _exchange_of(dims, before, after, mesh_dims, peers, coord)
+
+
+def _exchange_of(
+    dims: tuple[DimLabels, ...],
+    before: State,
+    after: State,
+    mesh_dims: tuple[int, ...],
+    peers: tuple[Coord, ...],
+    coord: Coord,
+) -> _Exchange:
+    shape = _shape(dims, after, coord)
     members = _members(peers, coord, mesh_dims)
-    offset = 0
-    for q, member in zip(peers, members, strict=True):
-        if q == coord and not _sends(dims, before, after, peers, members, coord):
-            offset += 1  # the element it sent itself (see ``_pack``)
-            continue
+    if members.count(False) == 1:  # every peer is in its group: perhaps an even tiling
+        sent = [_box(dims, before, coord, after, q) for q in peers]
+        placed = [_box(dims, after, coord, before, q) for q in peers]
+        d_sent = _tiles(sent, _shape(dims, before, coord))
+        d_placed = None if d_sent is None else _tiles(placed, shape)
+        if d_sent is not None and d_placed is not None:
+            sizes_sent = tuple([math.prod(_lengths(box)) for box in sent])
+            sizes_placed = tuple([math.prod(_lengths(box)) for box in placed])
+            return _Exchange((), sizes_sent, sizes_placed, None, (), shape, (d_sent, d_placed))
+    sends: list[Box] = []
+    in_splits, out_splits = [0] * len(peers), [0] * len(peers)
+    blocks: list[tuple[int, Box, tuple[int, ...]]] = []  # (peer index, box, lengths)
+    for i, (q, member) in enumerate(zip(peers, members, strict=True)):
         if not member:
             continue
-        ranges = _box(dims, after, coord, before, q)
-        lengths = _lengths(ranges)
-        n = math.prod(lengths)
+        out = _box(dims, before, coord, after, q)  # the part of mine q needs
+        n = math.prod(_lengths(out))
         if n:
-            _put(out, ranges, recv[offset : offset + n].reshape(lengths))
-        offset += n
-    return out
+            sends.append(out)
+            in_splits[i] = n
+        place = _box(dims, after, coord, before, q)  # where q's part sits in mine
+        lengths = _lengths(place)
+        out_splits[i] = math.prod(lengths)
+        if out_splits[i]:
+            blocks.append((i, place, lengths))
+    if not sends:  # the element it sends itself (see ``_Exchange``)
+        me = peers.index(coord)
+        in_splits[me] = out_splits[me] = 1
+    starts = [0, *itertools.accumulate(out_splits)]
+    own = _box(dims, before, coord, after, coord)
+    return _Exchange(
+        tuple(sends),
+        tuple(in_splits),
+        tuple(out_splits),
+        (own, _box(dims, after, coord, before, coord)) if math.prod(_lengths(own)) else None,
+        tuple([(starts[i], place, lengths) for i, place, lengths in blocks]),
+        shape,
+    )
+
+
+_exchange_table = functools.lru_cache(maxsize=4096)(_exchange_of)
+
+
+def _tiles(boxes: Sequence[Box], shape: tuple[int, ...]) -> int | None:
+    """The dim along which ``boxes`` (one per peer, in group order) cut a tensor of ``shape``
+    into equal consecutive pieces, every other dim whole; None if they do not. Example:
+    ``(4, 6)`` cut as columns ``[0, 3)`` then ``[3, 6)``: dim 1."""
+    n = len(boxes)
+    if n < 2 or any(len(r) != 1 for r in boxes[0]):
+        return None
+    cut = [d for d, (r, size) in enumerate(zip(boxes[0], shape, strict=True)) if r[0] != (0, size)]
+    if len(cut) != 1 or shape[cut[0]] % n:
+        return None
+    d = cut[0]
+    step = shape[d] // n
+    whole = [((0, size),) for size in shape]
+    for i, box in enumerate(boxes):
+        whole[d] = ((i * step, (i + 1) * step),)
+        if list(box) != whole:
+            return None
+    return d
+
+
+def _blocks_of(x: torch.Tensor, d: int, n: int) -> torch.Tensor:
+    """``x`` cut into ``n`` equal pieces along dim d, the pieces one after another, each
+    row-major: one flat buffer (a strided copy, or none where d is the outermost dim that
+    matters)."""
+    pieces = x.reshape(*x.shape[:d], n, x.shape[d] // n, *x.shape[d + 1 :])  # (a view)
+    return pieces.movedim(d, 0).contiguous().view(-1)
+
+
+def _from_blocks(buf: torch.Tensor, d: int, n: int, shape: tuple[int, ...]) -> torch.Tensor:
+    """``_blocks_of`` undone: ``n`` row-major pieces one after another in ``buf``, put back
+    along dim d of a new contiguous tensor of ``shape`` (one copy, or none where the pieces
+    are it in order)."""
+    piece = list(shape)
+    piece[d] //= n
+    return buf.reshape(n, *piece).movedim(0, d).contiguous().view(shape)
 
 
 def _partition(
