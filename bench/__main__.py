@@ -32,7 +32,14 @@ from typing import Any
 
 import torch
 
-from . import attention_bench, layout_bench, mix_bench, propagate_bench, redistribute_bench
+from . import (
+    attention_bench,
+    execute_bench,
+    layout_bench,
+    mix_bench,
+    propagate_bench,
+    redistribute_bench,
+)
 from .propagate_cases import FAMILIES
 
 RESULTS = pathlib.Path(__file__).parent / "results"
@@ -81,6 +88,12 @@ def _redistribute_planning(args: argparse.Namespace) -> dict[str, Any]:
     )
 
 
+def _redistribute_execute(args: argparse.Namespace) -> dict[str, Any]:
+    return execute_bench.run_execute(
+        n=args.cases or (24 if args.quick else 120), rounds=args.rounds or (3 if args.quick else 5)
+    )
+
+
 def _redistribute_fsdp(args: argparse.Namespace) -> dict[str, Any]:
     return redistribute_bench.run_fsdp((1024, 256) if args.quick else redistribute_bench.FSDP_SHAPE)
 
@@ -92,10 +105,18 @@ SUITES: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {
     "attention": _attention,
     "redistribute-bytes": _redistribute_bytes,
     "redistribute-planning": _redistribute_planning,
+    "redistribute-execute": _redistribute_execute,
     "redistribute-fsdp": _redistribute_fsdp,
 }
 # Names that run several suites.
-GROUPS = {"redistribute": ["redistribute-bytes", "redistribute-planning", "redistribute-fsdp"]}
+GROUPS = {
+    "redistribute": [
+        "redistribute-bytes",
+        "redistribute-planning",
+        "redistribute-execute",
+        "redistribute-fsdp",
+    ]
+}
 
 
 def main() -> None:

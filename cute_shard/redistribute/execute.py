@@ -77,9 +77,12 @@ def execute(
     all-reduce, a reduce-scatter, an all-gather whose blocks are the target in order.
     Otherwise, and without ``async_op``, every collective has completed on return."""
     x = local
-    for step in plan.steps:
+    last = len(plan.steps) - 1
+    for i, step in enumerate(plan.steps):
         run = _LOCAL[step.kind] if step.collective is None else _COLLECTIVE[step.collective]
         x = run(x, plan, step, mesh, tuple(coord), world)
+        if i < last:  # the next step reads it at once: waited here, not by each of its ops
+            x = _wait(x)  # (each op on a pending output pays its wrapper's dispatch)
     return x if async_op else _wait(x)
 
 
@@ -161,19 +164,43 @@ def _scatter_parts(
 ) -> torch.Tensor:
     """``x`` cut into the parts each coordinate on mesh dim m keeps, each flattened and padded
     to the largest part (ranks along m hold the same ``x``, so the buffers agree)."""
-    d = next(i for i, dim in enumerate(dims) if (1, m) in dim.slots)
-    dim, slots = dims[d], before[d]
-    boxes = []
-    for c in range(size):
-        ranges: list[Ranges] = list(_whole(x))
-        ranges[d] = dim.local_ranges(slots, _key(slots, coord), ((1, m),), (c,))
-        boxes.append(tuple(ranges))
-    if _tiles(boxes, tuple(x.shape)) == d:  # equal parts in order: no padding, one copy
-        return _blocks_of(x, d, size)
+    boxes, tiled = _scattering(dims, before, m, size, coord)
+    if tiled is not None:  # equal parts in order: no padding, one copy
+        return _blocks_of(x, tiled, size)
     parts = [_take(x, box).reshape(-1) for box in boxes]
     width = max(p.numel() for p in parts)
     padded = [torch.nn.functional.pad(p, (0, width - p.numel())) for p in parts]
     return torch.cat(padded)
+
+
+def _scattering(
+    dims: tuple[DimLabels, ...], before: State, m: int, size: int, coord: Coord
+) -> tuple[tuple[Box, ...], int | None]:
+    """The box of each coordinate's part (``_scatter_parts``), and the dim along which they
+    cut the local tensor evenly in order, if they do (``_tiles``). Kept per step and rank,
+    as ``_exchanging``."""
+    if all(type(d.size) is int for d in dims):
+        return _scattering_table(dims, before, m, size, coord)
+    return _scattering_of(dims, before, m, size, coord)
+
+
+def _scattering_of(
+    dims: tuple[DimLabels, ...], before: State, m: int, size: int, coord: Coord
+) -> tuple[tuple[Box, ...], int | None]:
+    d = next(i for i, dim in enumerate(dims) if (1, m) in dim.slots)
+    dim, slots = dims[d], before[d]
+    shape = _shape(dims, before, coord)
+    whole: list[Ranges] = [((0, n),) if n else () for n in shape]
+    boxes = []
+    for c in range(size):
+        ranges = list(whole)
+        ranges[d] = dim.local_ranges(slots, _key(slots, coord), ((1, m),), (c,))
+        boxes.append(tuple(ranges))
+    tiled = _tiles(boxes, shape)
+    return tuple(boxes), tiled if tiled == d else None
+
+
+_scattering_table = functools.lru_cache(maxsize=4096)(_scattering_of)
 
 
 @_per_rank
@@ -324,8 +351,8 @@ def _pack(
     """This rank's send buffer (for each peer in group order, the box of ``x`` it needs) and
     the boxes' sizes (``_Exchange``)."""
     ex = _exchanging(dims, before, after, mesh_dims, peers, coord)
-    if ex.tiled is not None:
-        return (_blocks_of(x, ex.tiled[0], len(peers)), *ex.in_splits)
+    if ex.send_as is not None:
+        return (_buffer_of(x, ex.send_as, ex.pieces), *ex.in_splits)
     if not ex.sends:
         return (x.new_zeros((1,)), *ex.in_splits)
     return (torch.cat([_take(x, box).reshape(-1) for box in ex.sends]), *ex.in_splits)
@@ -356,8 +383,8 @@ def _unpack(
 ) -> torch.Tensor:
     """This rank's new local tensor: its own box from ``x``, every peer's from ``recv``."""
     ex = _exchanging(dims, before, after, mesh_dims, peers, coord)
-    if ex.tiled is not None:
-        return _from_blocks(recv, ex.tiled[1], len(peers), ex.shape)
+    if ex.recv_as is not None:
+        return _tensor_of(recv, ex.recv_as, ex.pieces, ex.shape)
     out = x.new_empty(ex.shape)
     if ex.own is not None:
         _put(out, ex.own[1], _take(x, ex.own[0]))
@@ -370,22 +397,21 @@ class _Exchange(NamedTuple):
     """One rank's part in an exchange, read off the labels once per step and rank
     (``_exchanging``): ``sends``, the boxes of its local tensor it sends, in group order;
     ``in_splits`` and ``out_splits``, the elements it sends each peer and receives from each
-    (0 for a rank outside its group, and for itself: its own box stays local); ``own``, the
-    box of its local tensor it keeps and where that sits in the new one (None if empty);
-    ``receives``, per peer it receives from, where its block starts in the receive buffer,
-    where it goes in the new local tensor, and its lengths; ``shape``, the new local shape.
+    (0 for a rank outside its group); ``own``, the box of its local tensor it keeps and where
+    that sits in the new one (None if empty, or sent to itself); ``receives``, per peer it
+    receives from, where its block starts in the receive buffer, where it goes in the new
+    local tensor, and its lengths; ``shape``, the new local shape.
+
+    Its own box stays local, unless one of the buffers is a layout of the tensor it packs or
+    unpacks (``send_as``, ``recv_as``; ``_layout``): the local tensor itself in order (-1),
+    or its ``pieces`` equal pieces along one dim in group order (the dim). Then that buffer is
+    one strided copy or none (``_buffer_of``, ``_tensor_of``) instead of a copy per peer, and
+    the rank sends its own box to itself (counted in both splits), so that its block sits in
+    its place in both buffers.
 
     A rank that sends nothing sends itself one element (counted in both splits): the fake
     process group (dry runs, one rank of a large world) fills what a rank receives from
-    what it sends and refuses an empty send buffer.
-
-    ``tiled``: where the boxes it sends every peer, itself included, cut its local tensor
-    into equal pieces along one dim in group order, and the boxes it receives cut the new one
-    so along one dim (``_tiles``; an even exchange of one dim for another), those two dims.
-    Then the send buffer is the local tensor's pieces in order, one strided copy or none
-    (``_blocks_of``), its own piece sent to itself, and the new local tensor is the receive
-    buffer's pieces put back along their dim, one copy or none (``_from_blocks``): a few
-    tensor ops instead of a few per peer."""
+    what it sends and refuses an empty send buffer."""
 
     sends: tuple[Box, ...]
     in_splits: tuple[int, ...]
@@ -393,7 +419,9 @@ class _Exchange(NamedTuple):
     own: tuple[Box, Box] | None
     receives: tuple[tuple[int, Box, tuple[int, ...]], ...]
     shape: tuple[int, ...]
-    tiled: tuple[int, int] | None = None
+    send_as: int | None = None
+    recv_as: int | None = None
+    pieces: int = 0
 
 
 def _exchanging(
@@ -420,45 +448,63 @@ def _exchange_of(
     coord: Coord,
 ) -> _Exchange:
     shape = _shape(dims, after, coord)
-    members = _members(peers, coord, mesh_dims)
-    if members.count(False) == 1:  # every peer is in its group: perhaps an even tiling
-        sent = [_box(dims, before, coord, after, q) for q in peers]
-        placed = [_box(dims, after, coord, before, q) for q in peers]
-        d_sent = _tiles(sent, _shape(dims, before, coord))
-        d_placed = None if d_sent is None else _tiles(placed, shape)
-        if d_sent is not None and d_placed is not None:
-            sizes_sent = tuple([math.prod(_lengths(box)) for box in sent])
-            sizes_placed = tuple([math.prod(_lengths(box)) for box in placed])
-            return _Exchange((), sizes_sent, sizes_placed, None, (), shape, (d_sent, d_placed))
-    sends: list[Box] = []
+    me = peers.index(coord)
+    group = [i for i, m in enumerate(_members(peers, coord, mesh_dims)) if m or i == me]
+    sent = {i: _box(dims, before, coord, after, peers[i]) for i in group}  # what i needs of mine
+    placed = {i: _box(dims, after, coord, before, peers[i]) for i in group}  # where i's goes
+    send_as = _layout(list(sent.values()), _shape(dims, before, coord))
+    recv_as = _layout(list(placed.values()), shape)
+    size = {i: math.prod(_lengths(box)) for i, box in sent.items()}
+    if (send_as is None and recv_as is None) or not any(size.values()):
+        group.remove(me)  # its own box stays local
+        send_as = recv_as = None
     in_splits, out_splits = [0] * len(peers), [0] * len(peers)
+    sends: list[Box] = []
     blocks: list[tuple[int, Box, tuple[int, ...]]] = []  # (peer index, box, lengths)
-    for i, (q, member) in enumerate(zip(peers, members, strict=True)):
-        if not member:
-            continue
-        out = _box(dims, before, coord, after, q)  # the part of mine q needs
-        n = math.prod(_lengths(out))
-        if n:
-            sends.append(out)
-            in_splits[i] = n
-        place = _box(dims, after, coord, before, q)  # where q's part sits in mine
-        lengths = _lengths(place)
+    for i in group:
+        if size[i]:
+            sends.append(sent[i])
+            in_splits[i] = size[i]
+        lengths = _lengths(placed[i])
         out_splits[i] = math.prod(lengths)
         if out_splits[i]:
-            blocks.append((i, place, lengths))
+            blocks.append((i, placed[i], lengths))
     if not sends:  # the element it sends itself (see ``_Exchange``)
-        me = peers.index(coord)
         in_splits[me] = out_splits[me] = 1
     starts = [0, *itertools.accumulate(out_splits)]
-    own = _box(dims, before, coord, after, coord)
+    own = None
+    if me not in group and size[me]:
+        own = (sent[me], placed[me])
     return _Exchange(
         tuple(sends),
         tuple(in_splits),
         tuple(out_splits),
-        (own, _box(dims, after, coord, before, coord)) if math.prod(_lengths(own)) else None,
-        tuple([(starts[i], place, lengths) for i, place, lengths in blocks]),
+        own,
+        tuple([(starts[i], box, lengths) for i, box, lengths in blocks]),
         shape,
+        send_as,
+        recv_as,
+        len(group),
     )
+
+
+def _layout(boxes: Sequence[Box], shape: tuple[int, ...]) -> int | None:
+    """How boxes (one per member of a group, in group order) lay out a tensor of ``shape``:
+    -1 where one after another they are the tensor in row-major order (``_in_order``), the
+    dim along which they cut it into equal pieces (``_tiles``), else None."""
+    if _in_order(boxes, shape, sum(math.prod(_lengths(box)) for box in boxes)):
+        return -1
+    return _tiles(boxes, shape)
+
+
+def _buffer_of(x: torch.Tensor, layout: int, pieces: int) -> torch.Tensor:
+    """The flat buffer ``layout`` (``_layout``) makes of ``x``."""
+    return x.contiguous().view(-1) if layout < 0 else _blocks_of(x, layout, pieces)
+
+
+def _tensor_of(buf: torch.Tensor, layout: int, pieces: int, shape: tuple[int, ...]) -> torch.Tensor:
+    """The tensor of ``shape`` a flat buffer is in ``layout`` (``_layout``)."""
+    return buf.view(shape) if layout < 0 else _from_blocks(buf, layout, pieces, shape)
 
 
 _exchange_table = functools.lru_cache(maxsize=4096)(_exchange_of)
@@ -564,10 +610,6 @@ def _along(coord: Coord, m: int, size: int) -> tuple[Coord, ...]:
 
 def _lengths(ranges: Box) -> tuple[int, ...]:
     return tuple(sum(b - a for a, b in r) for r in ranges)
-
-
-def _whole(x: torch.Tensor) -> Box:
-    return tuple(((0, n),) if n else () for n in x.shape)
 
 
 def _take(x: torch.Tensor, ranges: Box) -> torch.Tensor:
