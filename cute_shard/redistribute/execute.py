@@ -80,9 +80,7 @@ def execute(
     last = len(plan.steps) - 1
     for i, step in enumerate(plan.steps):
         run = _LOCAL[step.kind] if step.collective is None else _COLLECTIVE[step.collective]
-        x = run(x, plan, step, mesh, tuple(coord), world)
-        if i < last:  # the next step reads it at once: waited here, not by each of its ops
-            x = _wait(x)  # (each op on a pending output pays its wrapper's dispatch)
+        x = run(x, plan, step, mesh, tuple(coord), world, pending=async_op and i == last)
     return x if async_op else _wait(x)
 
 
@@ -105,20 +103,28 @@ def _wait(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-def _ready(t: torch.Tensor) -> torch.Tensor:
-    """A collective's output as the step's local work reads it. On a rank of its own it stays
-    pending: an ``AsyncCollectiveTensor`` waits on the first op that reads its data, and views
-    of it stay pending (what lets the last collective overlap the caller's work). Under
-    ``LocalTensorMode`` (every rank simulated, the collectives synchronous) it is waited: the
-    per-rank pieces read each rank's tensor out of it."""
-    return _wait(t) if local_tensor_mode() is not None else t
+def _ready(t: torch.Tensor, pending: bool) -> torch.Tensor:
+    """A collective's output as the step's local work reads it: waited, unless ``pending``
+    (the last step of an ``async_op`` redistribution) on a rank of its own. A pending one is
+    an ``AsyncCollectiveTensor``, which waits on the first op that reads its data, and views
+    of it stay pending (what lets the last collective overlap the caller's work); but each op
+    on it pays the wrapper's dispatch, several times the op, so anything else is waited at
+    once. Under ``LocalTensorMode`` (every rank simulated, the collectives synchronous) it is
+    always waited: the per-rank pieces read each rank's tensor out of it."""
+    return t if pending and local_tensor_mode() is None else _wait(t)
 
 
 # ----------------------------------------------------------------------------- the steps
 
 
 def _chunk(
-    x: torch.Tensor, plan: Plan, step: Step, mesh: DeviceMesh, coord: Coord, world: Group | None
+    x: torch.Tensor,
+    plan: Plan,
+    step: Step,
+    mesh: DeviceMesh,
+    coord: Coord,
+    world: Group | None,
+    pending: bool = False,
 ) -> torch.Tensor:
     return _keep(x, plan.dims, step.before, step.after, *coord)
 
@@ -136,12 +142,19 @@ def _keep(
 
 
 def _all_reduce(
-    x: torch.Tensor, plan: Plan, step: Step, mesh: DeviceMesh, coord: Coord, world: Group | None
+    x: torch.Tensor,
+    plan: Plan,
+    step: Step,
+    mesh: DeviceMesh,
+    coord: Coord,
+    world: Group | None,
+    pending: bool = False,
 ) -> torch.Tensor:
     shape = x.shape
     for m in step.mesh_dims:
         reduced = _ready(
-            funcol.all_reduce(_real(x.contiguous()), step.reduce_op or "sum", (mesh, m))
+            funcol.all_reduce(_real(x.contiguous()), step.reduce_op or "sum", (mesh, m)),
+            pending and m == step.mesh_dims[-1],
         )
         reduced = _complex(reduced, x)  # (a complex one went flat)
         # (an op on a pending output pays its wrapper's dispatch: none where none is needed)
@@ -150,11 +163,17 @@ def _all_reduce(
 
 
 def _reduce_scatter(
-    x: torch.Tensor, plan: Plan, step: Step, mesh: DeviceMesh, coord: Coord, world: Group | None
+    x: torch.Tensor,
+    plan: Plan,
+    step: Step,
+    mesh: DeviceMesh,
+    coord: Coord,
+    world: Group | None,
+    pending: bool = False,
 ) -> torch.Tensor:
     (m,) = step.mesh_dims
     buf = _scatter_parts(x, plan.dims, step.before, m, mesh.size(m), *coord)
-    y = _ready(reduce_scatter(_real(buf), step.reduce_op or "sum", 0, (mesh, m)))
+    y = _ready(reduce_scatter(_real(buf), step.reduce_op or "sum", 0, (mesh, m)), pending)
     return _own_part(_complex(y, x), plan.dims, step.after, *coord)
 
 
@@ -214,7 +233,13 @@ def _own_part(
 
 
 def _exchange(
-    x: torch.Tensor, plan: Plan, step: Step, mesh: DeviceMesh, coord: Coord, world: Group | None
+    x: torch.Tensor,
+    plan: Plan,
+    step: Step,
+    mesh: DeviceMesh,
+    coord: Coord,
+    world: Group | None,
+    pending: bool = False,
 ) -> torch.Tensor:
     if len(step.mesh_dims) == 1:
         (m,) = step.mesh_dims
@@ -240,7 +265,13 @@ def _exchange(
 
 
 def _gathered(
-    x: torch.Tensor, plan: Plan, step: Step, mesh: DeviceMesh, coord: Coord, world: Group | None
+    x: torch.Tensor,
+    plan: Plan,
+    step: Step,
+    mesh: DeviceMesh,
+    coord: Coord,
+    world: Group | None,
+    pending: bool = False,
 ) -> torch.Tensor:
     """An all-gather of equal blocks: every peer's whole local tensor, placed by the labels."""
     (m,) = step.mesh_dims
@@ -248,7 +279,7 @@ def _gathered(
     # flat: ranks may hold blocks of one size but different shapes (a dim of size 0), which
     # a gather of tensors refuses
     flat = _real(x.contiguous().reshape(-1))
-    gathered = _complex(_ready(all_gather(flat, 0, group)), x)
+    gathered = _complex(_ready(all_gather(flat, 0, group), pending), x)
     return _place(gathered, x, plan.dims, step.before, step.after, peers, *coord)
 
 
@@ -548,7 +579,13 @@ def _from_blocks(buf: torch.Tensor, d: int, n: int, shape: tuple[int, ...]) -> t
 
 
 def _partition(
-    x: torch.Tensor, plan: Plan, step: Step, mesh: DeviceMesh, coord: Coord, world: Group | None
+    x: torch.Tensor,
+    plan: Plan,
+    step: Step,
+    mesh: DeviceMesh,
+    coord: Coord,
+    world: Group | None,
+    pending: bool = False,
 ) -> torch.Tensor:
     for m in step.mesh_dims:
         x = Partial(step.reduce_op or "sum")._partition_value(x, mesh, m)
