@@ -194,7 +194,7 @@ def _scatter_parts(
 
 def _scattering(
     dims: tuple[DimLabels, ...], before: State, m: int, size: int, coord: Coord
-) -> tuple[tuple[Box, ...], int | None]:
+) -> tuple[tuple[Box, ...], _Tiling | None]:
     """The box of each coordinate's part (``_scatter_parts``), and the dim along which they
     cut the local tensor evenly in order, if they do (``_tiles``). Kept per step and rank,
     as ``_exchanging``."""
@@ -205,7 +205,7 @@ def _scattering(
 
 def _scattering_of(
     dims: tuple[DimLabels, ...], before: State, m: int, size: int, coord: Coord
-) -> tuple[tuple[Box, ...], int | None]:
+) -> tuple[tuple[Box, ...], _Tiling | None]:
     d = next(i for i, dim in enumerate(dims) if (1, m) in dim.slots)
     dim, slots = dims[d], before[d]
     shape = _shape(dims, before, coord)
@@ -216,7 +216,7 @@ def _scattering_of(
         ranges[d] = dim.local_ranges(slots, _key(slots, coord), ((1, m),), (c,))
         boxes.append(tuple(ranges))
     tiled = _tiles(boxes, shape)
-    return tuple(boxes), tiled if tiled == d else None
+    return tuple(boxes), tiled if tiled is not None and tiled.dim == d else None
 
 
 _scattering_table = functools.lru_cache(maxsize=4096)(_scattering_of)
@@ -307,7 +307,7 @@ def _place(
     return out
 
 
-_Placing = tuple[tuple[int, ...], tuple["Box", ...] | None, int | None]
+_Placing = tuple[tuple[int, ...], tuple["Box", ...] | None, "_Tiling | None"]
 
 
 def _placing(
@@ -383,7 +383,7 @@ def _pack(
     the boxes' sizes (``_Exchange``)."""
     ex = _exchanging(dims, before, after, mesh_dims, peers, coord)
     if ex.send_as is not None:
-        return (_buffer_of(x, ex.send_as, ex.pieces), *ex.in_splits)
+        return (_blocks_of(x, ex.send_as, ex.pieces), *ex.in_splits)
     if not ex.sends:
         return (x.new_zeros((1,)), *ex.in_splits)
     return (torch.cat([_take(x, box).reshape(-1) for box in ex.sends]), *ex.in_splits)
@@ -415,7 +415,7 @@ def _unpack(
     """This rank's new local tensor: its own box from ``x``, every peer's from ``recv``."""
     ex = _exchanging(dims, before, after, mesh_dims, peers, coord)
     if ex.recv_as is not None:
-        return _tensor_of(recv, ex.recv_as, ex.pieces, ex.shape)
+        return _from_blocks(recv, ex.recv_as, ex.pieces, ex.shape)
     out = x.new_empty(ex.shape)
     if ex.own is not None:
         _put(out, ex.own[1], _take(x, ex.own[0]))
@@ -434,9 +434,9 @@ class _Exchange(NamedTuple):
     local tensor, and its lengths; ``shape``, the new local shape.
 
     Its own box stays local, unless one of the buffers is a layout of the tensor it packs or
-    unpacks (``send_as``, ``recv_as``; ``_layout``): the local tensor itself in order (-1),
-    or its ``pieces`` equal pieces along one dim in group order (the dim). Then that buffer is
-    one strided copy or none (``_buffer_of``, ``_tensor_of``) instead of a copy per peer, and
+    unpacks (``send_as``, ``recv_as``; ``_layout``): the tensor itself in order, or its
+    ``pieces`` equal pieces along one dim in group order. Then that buffer is one strided
+    copy or none (``_blocks_of``, ``_from_blocks``) instead of a copy per peer, and
     the rank sends its own box to itself (counted in both splits), so that its block sits in
     its place in both buffers.
 
@@ -450,8 +450,8 @@ class _Exchange(NamedTuple):
     own: tuple[Box, Box] | None
     receives: tuple[tuple[int, Box, tuple[int, ...]], ...]
     shape: tuple[int, ...]
-    send_as: int | None = None
-    recv_as: int | None = None
+    send_as: _Tiling | None = None
+    recv_as: _Tiling | None = None
     pieces: int = 0
 
 
@@ -519,63 +519,77 @@ def _exchange_of(
     )
 
 
-def _layout(boxes: Sequence[Box], shape: tuple[int, ...]) -> int | None:
-    """How boxes (one per member of a group, in group order) lay out a tensor of ``shape``:
-    -1 where one after another they are the tensor in row-major order (``_in_order``), the
-    dim along which they cut it into equal pieces (``_tiles``), else None."""
-    if _in_order(boxes, shape, sum(math.prod(_lengths(box)) for box in boxes)):
-        return -1
-    return _tiles(boxes, shape)
-
-
-def _buffer_of(x: torch.Tensor, layout: int, pieces: int) -> torch.Tensor:
-    """The flat buffer ``layout`` (``_layout``) makes of ``x``."""
-    return x.contiguous().view(-1) if layout < 0 else _blocks_of(x, layout, pieces)
-
-
-def _tensor_of(buf: torch.Tensor, layout: int, pieces: int, shape: tuple[int, ...]) -> torch.Tensor:
-    """The tensor of ``shape`` a flat buffer is in ``layout`` (``_layout``)."""
-    return buf.view(shape) if layout < 0 else _from_blocks(buf, layout, pieces, shape)
-
-
 _exchange_table = functools.lru_cache(maxsize=4096)(_exchange_of)
 
 
-def _tiles(boxes: Sequence[Box], shape: tuple[int, ...]) -> int | None:
-    """The dim along which ``boxes`` (one per peer, in group order) cut a tensor of ``shape``
-    into equal consecutive pieces, every other dim whole; None if they do not. Example:
-    ``(4, 6)`` cut as columns ``[0, 3)`` then ``[3, 6)``: dim 1."""
+def _layout(boxes: Sequence[Box], shape: tuple[int, ...]) -> _Tiling | None:
+    """How boxes (one per member of a group, in group order) lay out a tensor of ``shape``:
+    one after another in row-major order (``IN_ORDER``; ``_in_order``), as equal pieces
+    along one dim (``_tiles``), or neither (None)."""
+    if _in_order(boxes, shape, sum(math.prod(_lengths(box)) for box in boxes)):
+        return IN_ORDER
+    return _tiles(boxes, shape)
+
+
+class _Tiling(NamedTuple):
+    """How boxes, one per peer in group order, cut a tensor (``_tiles``): along ``dim``, in
+    ``rounds`` rounds of one piece per peer (1: consecutive pieces; more: the pieces of a
+    strided shard, a peer's ranges one round apart), every other dim whole. ``IN_ORDER``
+    (dim -1): the boxes one after another are the tensor in row-major order."""
+
+    dim: int
+    rounds: int
+
+
+IN_ORDER = _Tiling(-1, 0)
+
+
+def _tiles(boxes: Sequence[Box], shape: tuple[int, ...]) -> _Tiling | None:
+    """How ``boxes`` (one per peer, in group order) cut a tensor of ``shape`` into equal
+    pieces along one dim (``_Tiling``), or None. Examples: ``(4, 6)`` cut as columns
+    ``[0, 3)`` then ``[3, 6)``: dim 1 in one round; as ``[0, 1) + [2, 3) + [4, 5)`` then
+    ``[1, 2) + [3, 4) + [5, 6)``: dim 1 in three rounds."""
     n = len(boxes)
-    if n < 2 or any(len(r) != 1 for r in boxes[0]):
+    if n < 2 or not boxes[0]:
         return None
-    cut = [d for d, (r, size) in enumerate(zip(boxes[0], shape, strict=True)) if r[0] != (0, size)]
-    if len(cut) != 1 or shape[cut[0]] % n:
+    cut = [d for d, (r, size) in enumerate(zip(boxes[0], shape, strict=True)) if r != ((0, size),)]
+    if len(cut) != 1:
         return None
     d = cut[0]
-    step = shape[d] // n
-    whole = [((0, size),) for size in shape]
+    if not boxes[0][d]:
+        return None
+    rounds = len(boxes[0][d])
+    piece = boxes[0][d][0][1] - boxes[0][d][0][0]
+    if rounds * n * piece != shape[d]:
+        return None
+    whole: list[Ranges] = [((0, size),) for size in shape]
     for i, box in enumerate(boxes):
-        whole[d] = ((i * step, (i + 1) * step),)
+        at = range(i * piece, shape[d], n * piece)
+        whole[d] = tuple(zip(at, range(i * piece + piece, shape[d] + 1, n * piece), strict=True))
         if list(box) != whole:
             return None
-    return d
+    return _Tiling(d, rounds)
 
 
-def _blocks_of(x: torch.Tensor, d: int, n: int) -> torch.Tensor:
-    """``x`` cut into ``n`` equal pieces along dim d, the pieces one after another, each
-    row-major: one flat buffer (a strided copy, or none where d is the outermost dim that
-    matters)."""
-    pieces = x.reshape(*x.shape[:d], n, x.shape[d] // n, *x.shape[d + 1 :])  # (a view)
-    return pieces.movedim(d, 0).contiguous().view(-1)
+def _blocks_of(x: torch.Tensor, t: _Tiling, n: int) -> torch.Tensor:
+    """``x`` cut as ``t`` into ``n`` pieces, the pieces one after another, each row-major:
+    one flat buffer (a strided copy, or none where the pieces are ``x`` in order)."""
+    if t.dim < 0:
+        return x.contiguous().view(-1)
+    d, shape = t.dim, x.shape
+    grid = x.reshape(*shape[:d], t.rounds, n, shape[d] // (t.rounds * n), *shape[d + 1 :])
+    return grid.movedim(d + 1, 0).contiguous().view(-1)  # (the reshape is a view)
 
 
-def _from_blocks(buf: torch.Tensor, d: int, n: int, shape: tuple[int, ...]) -> torch.Tensor:
+def _from_blocks(buf: torch.Tensor, t: _Tiling, n: int, shape: tuple[int, ...]) -> torch.Tensor:
     """``_blocks_of`` undone: ``n`` row-major pieces one after another in ``buf``, put back
-    along dim d of a new contiguous tensor of ``shape`` (one copy, or none where the pieces
+    as ``t`` cuts a new contiguous tensor of ``shape`` (one copy, or none where the pieces
     are it in order)."""
-    piece = list(shape)
-    piece[d] //= n
-    return buf.reshape(n, *piece).movedim(0, d).contiguous().view(shape)
+    if t.dim < 0:
+        return buf.view(shape)
+    d = t.dim
+    grid = buf.view(n, *shape[:d], t.rounds, shape[d] // (t.rounds * n), *shape[d + 1 :])
+    return grid.movedim(0, d + 1).contiguous().view(shape)
 
 
 def _partition(

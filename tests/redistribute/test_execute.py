@@ -1,6 +1,8 @@
 """The executor's own decisions that no plan field states: when an all-gather's blocks are
-already the target (``execute._in_order``), so the gathered buffer is returned as it is; and
-the order of dims a chunk's result keeps."""
+already the target (``execute._in_order``), so the gathered buffer is returned as it is;
+when boxes cut a tensor into equal pieces along one dim (``execute._tiles``), so a buffer
+is one strided copy of it (``_blocks_of``, undone by ``_from_blocks``); and the order of
+dims a chunk's result keeps."""
 
 from __future__ import annotations
 
@@ -9,7 +11,15 @@ import torch
 
 from cute_shard.notation import parse_placements
 from cute_shard.redistribute import plan_redistribution
-from cute_shard.redistribute.execute import _in_order, execute
+from cute_shard.redistribute.execute import (
+    IN_ORDER,
+    _blocks_of,
+    _from_blocks,
+    _in_order,
+    _tiles,
+    _Tiling,
+    execute,
+)
 
 
 def test_row_slabs_in_order_are_the_tensor() -> None:
@@ -41,6 +51,54 @@ def test_empty_blocks_are_skipped_and_every_element_must_be_covered() -> None:
     assert _in_order(rows, (4, 6), 24)
     assert not _in_order(rows[:1], (4, 6), 24)  # rows 2-3 missing
     assert not _in_order(rows, (4, 6), 30)  # a gathered buffer of another size
+
+
+COLUMNS = [(((0, 4),), ((0, 3),)), (((0, 4),), ((3, 6),))]  # (4, 6) in two column halves
+# (4, 6)'s columns dealt to two peers in three rounds: 0, 2, 4 and 1, 3, 5
+DEALT = [(((0, 4),), ((0, 1), (2, 3), (4, 5))), (((0, 4),), ((1, 2), (3, 4), (5, 6)))]
+
+
+def test_column_halves_tile_dim_1_in_one_round() -> None:
+    assert _tiles(COLUMNS, (4, 6)) == _Tiling(1, 1)
+
+
+def test_dealt_columns_tile_dim_1_in_three_rounds() -> None:
+    assert _tiles(DEALT, (4, 6)) == _Tiling(1, 3)
+
+
+@pytest.mark.parametrize(
+    "boxes",
+    [
+        [(((0, 4),), ((0, 2),)), (((0, 4),), ((2, 6),))],  # unequal pieces
+        [(((0, 4),), ((3, 6),)), (((0, 4),), ((0, 3),))],  # out of group order
+        [(((0, 2),), ((0, 3),)), (((2, 4),), ((3, 6),))],  # cut along two dims
+        [(((0, 4),), ((0, 3),))],  # one peer
+        [(((0, 4),), ((0, 2), (3, 4))), (((0, 4),), ((2, 3), (4, 6)))],  # uneven rounds
+        [((), ((0, 3),)), ((), ((3, 6),))],  # an empty dim
+    ],
+)
+def test_other_cuts_do_not_tile(boxes: list[tuple[tuple[tuple[int, int], ...], ...]]) -> None:
+    assert _tiles(boxes, (4, 6)) is None
+
+
+@pytest.mark.parametrize(
+    ("boxes", "tiling"),
+    [(COLUMNS, _Tiling(1, 1)), (DEALT, _Tiling(1, 3)), ([(((0, 4),), ((0, 6),))], IN_ORDER)],
+)
+def test_blocks_are_the_boxes_in_order_and_put_back(
+    boxes: list[tuple[tuple[tuple[int, int], ...], ...]], tiling: _Tiling
+) -> None:
+    """The buffer is each box's elements, row-major, one box after another (what the
+    general path packs), contiguous also from a transposed tensor, and ``_from_blocks``
+    rebuilds the tensor from it, contiguous."""
+    x = torch.arange(24.0).reshape(6, 4).t()  # (4, 6), not row-major
+    pieces = [torch.cat([x[:, a:b] for a, b in box[1]], dim=1).reshape(-1) for box in boxes]
+    buf = _blocks_of(x, tiling, len(boxes))
+    assert buf.is_contiguous()
+    assert torch.equal(buf, torch.cat(pieces))
+    back = _from_blocks(buf, tiling, len(boxes), (4, 6))
+    assert back.is_contiguous()
+    assert torch.equal(back, x)
 
 
 @pytest.mark.parametrize(("target", "columns"), [("S2", [(4, 8)]), ("SS2:2", [(2, 4), (10, 12)])])
