@@ -7,7 +7,7 @@
     python -m bench --suite mix              # the random mix: total, tail and worst view
     python -m bench attention                # the attention block; its profile:
     python -m bench.attention_bench --profile
-    python -m bench --suite redistribute     # redistribute-bytes, -planning and -fsdp
+    python -m bench --suite redistribute     # redistribute-bytes, -planning, -execute, -fsdp
     python -m bench redistribute-bytes --cases 60
 
 The attention suite times a forward step (two configurations) and a forward and backward

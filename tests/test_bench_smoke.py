@@ -12,7 +12,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from bench import attention_bench, dtensor_bench, propagate_bench, redistribute_bench
+from bench import (
+    attention_bench,
+    dtensor_bench,
+    execute_bench,
+    propagate_bench,
+    redistribute_bench,
+)
 from bench.propagate_cases import FAMILIES, make_pool, materialize
 from bench.redistribute_cases import (
     CATEGORIES,
@@ -130,6 +136,17 @@ def test_redistribute_planning_runs_and_reports(capsys: pytest.CaptureFixture[st
     assert (redistribute_bench.FIRST_SIGHT, redistribute_bench.GRAPH) in groups
     assert (redistribute_bench.BACK_TO_BACK, redistribute_bench.GRAPH) in groups
     assert "redistribute-planning" in capsys.readouterr().out
+
+
+def test_redistribute_execute_runs_and_reports(capsys: pytest.CaptureFixture[str]) -> None:
+    results = execute_bench.run_execute(n=4, rounds=1)
+    json.dumps(results)
+    rows = {r["category"]: r for r in results["rows"]}
+    assert rows[execute_bench.ALL]["cases"] == len(results["cases"]) > 0
+    assert "redistribute-execute" in capsys.readouterr().out
+    from cute_shard.redistribute import dtensor
+
+    assert not dtensor.is_installed()  # the suite leaves torch's own redistribution
 
 
 @pytest.mark.parametrize("back_to_back", [False, True])
