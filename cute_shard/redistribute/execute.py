@@ -156,9 +156,9 @@ def _all_reduce(
             funcol.all_reduce(_real(x.contiguous()), step.reduce_op or "sum", (mesh, m)),
             pending and m == step.mesh_dims[-1],
         )
-        reduced = _complex(reduced, x)  # (a complex one went flat)
-        # (an op on a pending output pays its wrapper's dispatch: none where none is needed)
-        x = reduced if reduced.shape == shape else reduced.reshape(shape)
+        # a complex one went flat (an op on a pending output pays its wrapper's dispatch:
+        # none where none is needed)
+        x = _complex(reduced, x).reshape(shape) if x.is_complex() else reduced
     return x
 
 
@@ -200,11 +200,16 @@ def _scattering(
     as ``_exchanging``."""
     if all(type(d.size) is int for d in dims):
         return _scattering_table(dims, before, m, size, coord)
-    return _scattering_of(dims, before, m, size, coord)
+    return _scattering_of(dims, before, m, size, coord, concrete=False)
 
 
 def _scattering_of(
-    dims: tuple[DimLabels, ...], before: State, m: int, size: int, coord: Coord
+    dims: tuple[DimLabels, ...],
+    before: State,
+    m: int,
+    size: int,
+    coord: Coord,
+    concrete: bool = True,
 ) -> tuple[tuple[Box, ...], _Tiling | None]:
     d = next(i for i, dim in enumerate(dims) if (1, m) in dim.slots)
     dim, slots = dims[d], before[d]
@@ -215,7 +220,7 @@ def _scattering_of(
         ranges = list(whole)
         ranges[d] = dim.local_ranges(slots, _key(slots, coord), ((1, m),), (c,))
         boxes.append(tuple(ranges))
-    tiled = _tiles(boxes, shape)
+    tiled = _tiles(boxes, shape) if concrete else None  # (see ``_exchange_of``)
     return tuple(boxes), tiled if tiled is not None and tiled.dim == d else None
 
 
@@ -228,8 +233,11 @@ def _own_part(
 ) -> torch.Tensor:
     shape = _shape(dims, after, coord)
     n = math.prod(shape)
-    # (each op on a pending output pays its wrapper's dispatch: one where one does)
-    return y.reshape(shape) if y.numel() == n else y[:n].reshape(shape)
+    # (each op on a pending output pays its wrapper's dispatch: one where one does; symbolic
+    # sizes are not compared, see ``_exchange_of``)
+    if type(n) is int and y.numel() == n:
+        return y.reshape(shape)
+    return y[:n].reshape(shape)
 
 
 def _exchange(
@@ -322,7 +330,7 @@ def _placing(
     they do (``_tiles``). Kept per step and rank, as ``_exchanging``."""
     if all(type(d.size) is int for d in dims):
         return _placing_table(dims, before, after, peers, coord)
-    return _placing_of(dims, before, after, peers, coord)
+    return _placing_of(dims, before, after, peers, coord, concrete=False)
 
 
 def _placing_of(
@@ -331,13 +339,14 @@ def _placing_of(
     after: State,
     peers: tuple[Coord, ...],
     coord: Coord,
+    concrete: bool = True,
 ) -> _Placing:
     shape = _shape(dims, after, coord)
     boxes = tuple([_box(dims, after, coord, before, q) for q in peers])
     gathered = len(peers) * math.prod(_shape(dims, before, coord))  # every peer's block
     if _in_order(boxes, shape, gathered):
         return shape, None, None
-    return shape, boxes, _tiles(boxes, shape)
+    return shape, boxes, _tiles(boxes, shape) if concrete else None  # (see ``_exchange_of``)
 
 
 _placing_table = functools.lru_cache(maxsize=4096)(_placing_of)
@@ -467,7 +476,7 @@ def _exchanging(
     same redistributions every step (symbolic sizes, which cannot key a table, made anew)."""
     if all(type(d.size) is int for d in dims):
         return _exchange_table(dims, before, after, mesh_dims, peers, coord)
-    return _exchange_of(dims, before, after, mesh_dims, peers, coord)
+    return _exchange_of(dims, before, after, mesh_dims, peers, coord, concrete=False)
 
 
 def _exchange_of(
@@ -477,14 +486,19 @@ def _exchange_of(
     mesh_dims: tuple[int, ...],
     peers: tuple[Coord, ...],
     coord: Coord,
+    concrete: bool = True,
 ) -> _Exchange:
+    """``_Exchange`` read off the labels. With symbolic sizes (not ``concrete``) no layout is
+    looked for: telling one needs comparing sizes, and under ``torch.compile`` each
+    comparison of symbolic sizes with others records a guard that would pin the graph to
+    these sizes; the boxes one by one hold for every multiple of the units."""
     shape = _shape(dims, after, coord)
     me = peers.index(coord)
     group = [i for i, m in enumerate(_members(peers, coord, mesh_dims)) if m or i == me]
     sent = {i: _box(dims, before, coord, after, peers[i]) for i in group}  # what i needs of mine
     placed = {i: _box(dims, after, coord, before, peers[i]) for i in group}  # where i's goes
-    send_as = _layout(list(sent.values()), _shape(dims, before, coord))
-    recv_as = _layout(list(placed.values()), shape)
+    send_as = _layout(list(sent.values()), _shape(dims, before, coord)) if concrete else None
+    recv_as = _layout(list(placed.values()), shape) if concrete else None
     size = {i: math.prod(_lengths(box)) for i, box in sent.items()}
     if (send_as is None and recv_as is None) or not any(size.values()):
         group.remove(me)  # its own box stays local
