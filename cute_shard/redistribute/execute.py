@@ -221,7 +221,8 @@ def _scattering_of(
         ranges[d] = dim.local_ranges(slots, _key(slots, coord), ((1, m),), (c,))
         boxes.append(tuple(ranges))
     tiled = _tiles(boxes, shape) if concrete else None  # (see ``_exchange_of``)
-    return tuple(boxes), tiled if tiled is not None and tiled.dim == d else None
+    even = tiled is not None and tiled.dim == d and not tiled.pieces  # (reduce-scatter's parts)
+    return tuple(boxes), tiled if even else None
 
 
 _scattering_table = functools.lru_cache(maxsize=4096)(_scattering_of)
@@ -547,50 +548,65 @@ def _layout(boxes: Sequence[Box], shape: tuple[int, ...]) -> _Tiling | None:
 
 class _Tiling(NamedTuple):
     """How boxes, one per peer in group order, cut a tensor (``_tiles``): along ``dim``, in
-    ``rounds`` rounds of one piece per peer (1: consecutive pieces; more: the pieces of a
-    strided shard, a peer's ranges one round apart), every other dim whole. ``IN_ORDER``
-    (dim -1): the boxes one after another are the tensor in row-major order."""
+    ``rounds`` rounds of one equal piece per peer (1: consecutive pieces; more: the pieces of
+    a strided shard, a peer's ranges one round apart), every other dim whole; or, with
+    ``pieces``, in one round of consecutive pieces of those lengths (torch.chunk's uneven
+    ones; empty ones too). ``IN_ORDER`` (dim -1): the boxes one after another are the tensor
+    in row-major order."""
 
     dim: int
     rounds: int
+    pieces: tuple[int, ...] = ()
 
 
 IN_ORDER = _Tiling(-1, 0)
 
 
 def _tiles(boxes: Sequence[Box], shape: tuple[int, ...]) -> _Tiling | None:
-    """How ``boxes`` (one per peer, in group order) cut a tensor of ``shape`` into equal
-    pieces along one dim (``_Tiling``), or None. Examples: ``(4, 6)`` cut as columns
-    ``[0, 3)`` then ``[3, 6)``: dim 1 in one round; as ``[0, 1) + [2, 3) + [4, 5)`` then
-    ``[1, 2) + [3, 4) + [5, 6)``: dim 1 in three rounds."""
+    """How ``boxes`` (one per peer, in group order) cut a tensor of ``shape`` into pieces
+    along one dim (``_Tiling``), or None. Examples, ``(4, 6)``: as columns ``[0, 3)`` then
+    ``[3, 6)``, dim 1 in one round; as ``[0, 1) + [2, 3) + [4, 5)`` then ``[1, 2) + [3, 4) +
+    [5, 6)``, dim 1 in three rounds; as ``[0, 4)`` then ``[4, 6)``, dim 1 in pieces 4, 2."""
     n = len(boxes)
-    if n < 2 or not boxes[0]:
+    if n < 2 or not all(shape):
         return None
-    cut = [d for d, (r, size) in enumerate(zip(boxes[0], shape, strict=True)) if r != ((0, size),)]
+    whole = [((0, size),) for size in shape]
+    cut = {d for box in boxes for d, r in enumerate(box) if r != whole[d]}
     if len(cut) != 1:
         return None
-    d = cut[0]
-    if not boxes[0][d]:
-        return None
-    rounds = len(boxes[0][d])
-    piece = boxes[0][d][0][1] - boxes[0][d][0][0]
-    if rounds * n * piece != shape[d]:
-        return None
-    whole: list[Ranges] = [((0, size),) for size in shape]
-    for i, box in enumerate(boxes):
-        at = range(i * piece, shape[d], n * piece)
-        whole[d] = tuple(zip(at, range(i * piece + piece, shape[d] + 1, n * piece), strict=True))
-        if list(box) != whole:
+    (d,) = cut
+    cuts = [box[d] for box in boxes]
+    rounds = len(cuts[0])
+    if rounds and all(len(c) == rounds for c in cuts):  # equal pieces, dealt in rounds?
+        piece = cuts[0][0][1] - cuts[0][0][0]
+        if rounds * n * piece == shape[d]:
+            step = n * piece
+            for i, c in enumerate(cuts):
+                starts = range(i * piece, shape[d], step)
+                if c != tuple(
+                    zip(starts, range(i * piece + piece, shape[d] + 1, step), strict=True)
+                ):
+                    break
+            else:
+                return _Tiling(d, rounds)
+    at, pieces = 0, []  # consecutive pieces of any lengths?
+    for c in cuts:
+        if len(c) > 1 or (c and c[0][0] != at):
             return None
-    return _Tiling(d, rounds)
+        pieces.append(c[0][1] - at if c else 0)
+        at += pieces[-1]
+    return _Tiling(d, 1, tuple(pieces)) if at == shape[d] else None
 
 
 def _blocks_of(x: torch.Tensor, t: _Tiling, n: int) -> torch.Tensor:
     """``x`` cut as ``t`` into ``n`` pieces, the pieces one after another, each row-major:
-    one flat buffer (a strided copy, or none where the pieces are ``x`` in order)."""
+    one flat buffer (a strided copy, or none where the pieces are ``x`` in order; unequal
+    pieces, one copy each)."""
     if t.dim < 0:
         return x.contiguous().view(-1)
     d, shape = t.dim, x.shape
+    if t.pieces:
+        return torch.cat([p.reshape(-1) for p in x.split_with_sizes(list(t.pieces), dim=d)])
     grid = x.reshape(*shape[:d], t.rounds, n, shape[d] // (t.rounds * n), *shape[d + 1 :])
     return grid.movedim(d + 1, 0).contiguous().view(-1)  # (the reshape is a view)
 
@@ -602,6 +618,13 @@ def _from_blocks(buf: torch.Tensor, t: _Tiling, n: int, shape: tuple[int, ...]) 
     if t.dim < 0:
         return buf.view(shape)
     d = t.dim
+    if t.pieces:  # each piece viewed in its shape, all concatenated along d: one copy
+        rest = math.prod(shape) // shape[d]
+        flat = buf.split_with_sizes([length * rest for length in t.pieces])
+        return torch.cat(
+            [v.view(*shape[:d], k, *shape[d + 1 :]) for v, k in zip(flat, t.pieces, strict=True)],
+            dim=d,
+        )
     grid = buf.view(n, *shape[:d], t.rounds, shape[d] // (t.rounds * n), *shape[d + 1 :])
     return grid.movedim(0, d + 1).contiguous().view(shape)
 

@@ -66,10 +66,26 @@ def test_dealt_columns_tile_dim_1_in_three_rounds() -> None:
     assert _tiles(DEALT, (4, 6)) == _Tiling(1, 3)
 
 
+# (4, 6)'s columns as torch.chunk cuts 6 into 4: 2, 2, 2, 0 (the last peer's box is empty)
+CHUNKED = [
+    (((0, 4),), ((0, 2),)),
+    (((0, 4),), ((2, 4),)),
+    (((0, 4),), ((4, 6),)),
+    (((0, 4),), ()),
+]
+
+
+def test_uneven_columns_tile_dim_1_in_pieces() -> None:
+    assert _tiles(CHUNKED, (4, 6)) == _Tiling(1, 1, (2, 2, 2, 0))
+    halves = [(((0, 4),), ((0, 4),)), (((0, 4),), ((4, 6),))]
+    assert _tiles(halves, (4, 6)) == _Tiling(1, 1, (4, 2))
+
+
 @pytest.mark.parametrize(
     "boxes",
     [
-        [(((0, 4),), ((0, 2),)), (((0, 4),), ((2, 6),))],  # unequal pieces
+        [(((0, 4),), ((0, 2),)), (((0, 4),), ((3, 6),))],  # a gap
+        [(((0, 4),), ((0, 2),)), (((0, 4),), ((2, 5),))],  # short of the end
         [(((0, 4),), ((3, 6),)), (((0, 4),), ((0, 3),))],  # out of group order
         [(((0, 2),), ((0, 3),)), (((2, 4),), ((3, 6),))],  # cut along two dims
         [(((0, 4),), ((0, 3),))],  # one peer
@@ -83,7 +99,12 @@ def test_other_cuts_do_not_tile(boxes: list[tuple[tuple[tuple[int, int], ...], .
 
 @pytest.mark.parametrize(
     ("boxes", "tiling"),
-    [(COLUMNS, _Tiling(1, 1)), (DEALT, _Tiling(1, 3)), ([(((0, 4),), ((0, 6),))], IN_ORDER)],
+    [
+        (COLUMNS, _Tiling(1, 1)),
+        (DEALT, _Tiling(1, 3)),
+        (CHUNKED, _Tiling(1, 1, (2, 2, 2, 0))),
+        ([(((0, 4),), ((0, 6),))], IN_ORDER),
+    ],
 )
 def test_blocks_are_the_boxes_in_order_and_put_back(
     boxes: list[tuple[tuple[tuple[int, int], ...], ...]], tiling: _Tiling
@@ -92,7 +113,10 @@ def test_blocks_are_the_boxes_in_order_and_put_back(
     general path packs), contiguous also from a transposed tensor, and ``_from_blocks``
     rebuilds the tensor from it, contiguous."""
     x = torch.arange(24.0).reshape(6, 4).t()  # (4, 6), not row-major
-    pieces = [torch.cat([x[:, a:b] for a, b in box[1]], dim=1).reshape(-1) for box in boxes]
+    pieces = [
+        torch.cat([x[:, a:b] for a, b in box[1]], dim=1).reshape(-1) if box[1] else x[:0, 0]
+        for box in boxes
+    ]
     buf = _blocks_of(x, tiling, len(boxes))
     assert buf.is_contiguous()
     assert torch.equal(buf, torch.cat(pieces))
