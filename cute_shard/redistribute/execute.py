@@ -539,10 +539,14 @@ _exchange_table = functools.lru_cache(maxsize=4096)(_exchange_of)
 
 def _layout(boxes: Sequence[Box], shape: tuple[int, ...]) -> _Tiling | None:
     """How boxes (one per member of a group, in group order) lay out a tensor of ``shape``:
-    one after another in row-major order (``IN_ORDER``; ``_in_order``), as equal pieces
-    along one dim (``_tiles``), or neither (None)."""
+    one after another in row-major order (``IN_ORDER``; ``_in_order``), each the whole
+    tensor (``REPEATED``: an uneven gather, where every member needs all of it), as pieces
+    along one dim (``_tiles``), or none of these (None)."""
     if _in_order(boxes, shape, sum(math.prod(_lengths(box)) for box in boxes)):
         return IN_ORDER
+    whole = tuple([((0, size),) for size in shape])
+    if len(boxes) > 1 and all(shape) and all(box == whole for box in boxes):
+        return REPEATED
     return _tiles(boxes, shape)
 
 
@@ -552,7 +556,8 @@ class _Tiling(NamedTuple):
     a strided shard, a peer's ranges one round apart), every other dim whole; or, with
     ``pieces``, in one round of consecutive pieces of those lengths (torch.chunk's uneven
     ones; empty ones too). ``IN_ORDER`` (dim -1): the boxes one after another are the tensor
-    in row-major order."""
+    in row-major order. ``REPEATED`` (dim -2): each box is the whole tensor (only what a
+    rank sends can be: the blocks it receives are disjoint)."""
 
     dim: int
     rounds: int
@@ -560,6 +565,7 @@ class _Tiling(NamedTuple):
 
 
 IN_ORDER = _Tiling(-1, 0)
+REPEATED = _Tiling(-2, 0)
 
 
 def _tiles(boxes: Sequence[Box], shape: tuple[int, ...]) -> _Tiling | None:
@@ -602,8 +608,10 @@ def _blocks_of(x: torch.Tensor, t: _Tiling, n: int) -> torch.Tensor:
     """``x`` cut as ``t`` into ``n`` pieces, the pieces one after another, each row-major:
     one flat buffer (a strided copy, or none where the pieces are ``x`` in order; unequal
     pieces, one copy each)."""
-    if t.dim < 0:
+    if t == IN_ORDER:
         return x.contiguous().view(-1)
+    if t == REPEATED:
+        return x.reshape(-1).repeat(n)
     d, shape = t.dim, x.shape
     if t.pieces:
         return torch.cat([p.reshape(-1) for p in x.split_with_sizes(list(t.pieces), dim=d)])
@@ -615,7 +623,7 @@ def _from_blocks(buf: torch.Tensor, t: _Tiling, n: int, shape: tuple[int, ...]) 
     """``_blocks_of`` undone: ``n`` row-major pieces one after another in ``buf``, put back
     as ``t`` cuts a new contiguous tensor of ``shape`` (one copy, or none where the pieces
     are it in order)."""
-    if t.dim < 0:
+    if t == IN_ORDER:
         return buf.view(shape)
     d = t.dim
     if t.pieces:  # each piece viewed in its shape, all concatenated along d: one copy

@@ -13,9 +13,11 @@ from cute_shard.notation import parse_placements
 from cute_shard.redistribute import plan_redistribution
 from cute_shard.redistribute.execute import (
     IN_ORDER,
+    REPEATED,
     _blocks_of,
     _from_blocks,
     _in_order,
+    _layout,
     _tiles,
     _Tiling,
     execute,
@@ -123,6 +125,16 @@ def test_blocks_are_the_boxes_in_order_and_put_back(
     back = _from_blocks(buf, tiling, len(boxes), (4, 6))
     assert back.is_contiguous()
     assert torch.equal(back, x)
+
+
+def test_a_buffer_of_whole_tensors_repeats_it() -> None:
+    """An uneven gather's send side: every member needs all of the local tensor, so the
+    buffer is it, once per member, in one op."""
+    whole = (((0, 4),), ((0, 6),))
+    assert _layout([whole] * 3, (4, 6)) == REPEATED
+    assert _layout([whole], (4, 6)) == IN_ORDER  # one member: the tensor itself
+    x = torch.arange(24.0).reshape(6, 4).t()
+    assert torch.equal(_blocks_of(x, REPEATED, 3), torch.cat([x.reshape(-1)] * 3))
 
 
 @pytest.mark.parametrize(("target", "columns"), [("S2", [(4, 8)]), ("SS2:2", [(2, 4), (10, 12)])])
