@@ -71,14 +71,14 @@ SRC = 0
 DST = 1
 
 
-def chunk(length: int, parts: int) -> list[tuple[int, int]]:
+def chunk(length: int, parts: int) -> tuple[tuple[int, int], ...]:
     """torch.chunk's pieces of ``range(length)`` into ``parts`` (the chunk model,
     ``cute_shard.chunks``), padded with empty pieces: the tail shorter or empty."""
     if not length:
-        return [(0, 0)] * parts
+        return ((0, 0),) * parts
     starts = range(0, length, chunk_size(length, parts))
-    pieces = list(zip(starts, [*starts[1:], length], strict=True))
-    return pieces + [(length, length)] * (parts - len(pieces))
+    pieces = tuple(zip(starts, [*starts[1:], length], strict=True))
+    return pieces + ((length, length),) * (parts - len(pieces))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -108,10 +108,12 @@ def dim_runs(n: int, levels: tuple[tuple[int, int], ...]) -> tuple[Run, ...]:
             )
         runs: list[Run] = [(0, n, ())]
         for size, _ in levels:
+            # each length's pieces once: a level's runs have a few lengths (full and tail)
+            cut = {length: chunk(length, size) for length in {b - a for a, b, _ in runs}}
             runs = [
                 (a + x, a + y, (*c, k))
                 for a, b, c in runs
-                for k, (x, y) in enumerate(chunk(b - a, size))
+                for k, (x, y) in enumerate(cut[b - a])
                 if y > x
             ]
         return tuple(runs)
@@ -211,6 +213,7 @@ def _positions(
 
 _START, _STOP, _LABEL = map(operator.itemgetter, range(3))  # a run's or a segment's fields
 _FIRST = _START
+_FEW = 16  # more items than this are counted by a Counter (``senders``)
 
 
 _ZEROS = itertools.repeat(0)
@@ -425,13 +428,16 @@ class DimLabels:
             # the (labels at slots, labels at sources) that occur: per holder, its senders
             pairs = set(zip(map(at, full), map(src, full), strict=True))
             # per holder, how many senders (one holder, the whole dim, when slots is empty;
-            # counted in a loop: a handful of pairs, where a Counter costs more to make)
+            # counted in a loop where there are a handful of pairs, for which a Counter
+            # costs more to make, and by a Counter, in C, where a large mesh makes many)
             many: dict[tuple[int, ...], int] = {}
-            if slots:
+            if not slots:
+                many[()] = len(pairs)
+            elif len(pairs) > _FEW:
+                many = collections.Counter(map(_FIRST, pairs))
+            else:
                 for holder, _ in pairs:
                     many[holder] = many.get(holder, 0) + 1
-            else:
-                many[()] = len(pairs)
             mine = map(pairs.__contains__, zip(ranks.keys(slots), ranks.keys(sources), strict=True))
             each = list(
                 zip(map(many.get, ranks.keys(slots), itertools.repeat(0)), mine, strict=True)
@@ -636,10 +642,12 @@ def _segments(
     if a is b:  # the same levels: the same cuts, each run once
         return tuple([(x, y, c + c) for x, y, c in a])
     # Cut at both runs' starts; each segment carries the labels of the runs holding it.
-    starts_a, starts_b = list(map(_START, a)), list(map(_START, b))
-    cuts = sorted({*starts_a, *starts_b})
-    in_a = map((-1).__add__, map(bisect.bisect_right, itertools.repeat(starts_a), cuts))
-    in_b = map((-1).__add__, map(bisect.bisect_right, itertools.repeat(starts_b), cuts))
+    starts_a, starts_b = set(map(_START, a)), set(map(_START, b))
+    cuts = sorted(starts_a | starts_b)
+    # the run of each side holding a cut: how many of its runs start at or before it, less
+    # one (a running count over the cuts, every start being one; in C, not a search per cut)
+    in_a = map((-1).__add__, itertools.accumulate(map(starts_a.__contains__, cuts)))
+    in_b = map((-1).__add__, itertools.accumulate(map(starts_b.__contains__, cuts)))
     labels = list(
         map(
             operator.add,
