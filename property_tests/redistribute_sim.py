@@ -149,7 +149,10 @@ def run_plan(plan: Plan, local: Sequence[torch.Tensor]) -> Run:
         got = [0] * len(xs)
         if step.collective is None:
             run = ex._LOCAL[step.kind]
-            xs = [run(x, plan, step, world, c, None) for x, c in zip(xs, world.coords, strict=True)]
+            xs = [
+                run(x, ex.At(plan, step, world, c, None))  # type: ignore[arg-type]  # (a stand-in mesh)
+                for x, c in zip(xs, world.coords, strict=True)
+            ]
         else:
             xs = _COLLECTIVES[step.collective](xs, plan, step, world, got)
         _check_shapes(plan, step.after, xs, world, f"after {step}")

@@ -27,7 +27,7 @@ import math
 import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import torch
 import torch.distributed._functional_collectives as funcol
@@ -80,7 +80,7 @@ def execute(
     last = len(plan.steps) - 1
     for i, step in enumerate(plan.steps):
         run = _LOCAL[step.kind] if step.collective is None else _COLLECTIVE[step.collective]
-        x = run(x, plan, step, mesh, tuple(coord), world, pending=async_op and i == last)
+        x = run(x, At(plan, step, mesh, tuple(coord), world, async_op and i == last))
     return x if async_op else _wait(x)
 
 
@@ -114,18 +114,24 @@ def _ready(t: torch.Tensor, pending: bool) -> torch.Tensor:
     return t if pending and local_tensor_mode() is None else _wait(t)
 
 
+class At(NamedTuple):
+    """Where a step runs: the plan and the step, the mesh, the rank's coordinate, the group
+    over several mesh dims (``execute``'s ``world``), and whether its collective's output may
+    stay pending (``_ready``). Every step function takes the local tensor and this."""
+
+    plan: Plan
+    step: Step
+    mesh: DeviceMesh
+    coord: Coord
+    world: Group | None
+    pending: bool = False
+
+
 # ----------------------------------------------------------------------------- the steps
 
 
-def _chunk(
-    x: torch.Tensor,
-    plan: Plan,
-    step: Step,
-    mesh: DeviceMesh,
-    coord: Coord,
-    world: Group | None,
-    pending: bool = False,
-) -> torch.Tensor:
+def _chunk(x: torch.Tensor, at: At) -> torch.Tensor:
+    plan, step, coord = at.plan, at.step, at.coord
     return _keep(x, plan.dims, step.before, step.after, *coord)
 
 
@@ -141,15 +147,8 @@ def _keep(
     return _take(x, ranges)
 
 
-def _all_reduce(
-    x: torch.Tensor,
-    plan: Plan,
-    step: Step,
-    mesh: DeviceMesh,
-    coord: Coord,
-    world: Group | None,
-    pending: bool = False,
-) -> torch.Tensor:
+def _all_reduce(x: torch.Tensor, at: At) -> torch.Tensor:
+    step, mesh, pending = at.step, at.mesh, at.pending
     shape = x.shape
     for m in step.mesh_dims:
         reduced = _ready(
@@ -162,19 +161,30 @@ def _all_reduce(
     return x
 
 
-def _reduce_scatter(
-    x: torch.Tensor,
-    plan: Plan,
-    step: Step,
-    mesh: DeviceMesh,
-    coord: Coord,
-    world: Group | None,
-    pending: bool = False,
-) -> torch.Tensor:
+def _reduce_scatter(x: torch.Tensor, at: At) -> torch.Tensor:
+    plan, step, mesh, coord, pending = at.plan, at.step, at.mesh, at.coord, at.pending
     (m,) = step.mesh_dims
     buf = _scatter_parts(x, plan.dims, step.before, m, mesh.size(m), *coord)
     y = _ready(reduce_scatter(_real(buf), step.reduce_op or "sum", 0, (mesh, m)), pending)
     return _own_part(_complex(y, x), plan.dims, step.after, *coord)
+
+
+_T = TypeVar("_T")
+
+
+def _kept(of: Callable[..., _T]) -> Callable[..., _T]:
+    """``of``, a pure function of a plan's dims, a step's states and a rank's coordinate
+    (what one rank does in one step, read off the labels), kept in a bounded table: a program
+    runs the same redistributions every step. Symbolic sizes cannot key a table: ``of`` is
+    then called anew, told (``concrete=False``) to compare no sizes (see ``_exchange_of``)."""
+    table = functools.lru_cache(maxsize=4096)(of)
+
+    def kept(dims: tuple[DimLabels, ...], *args: Any) -> _T:
+        if all(type(d.size) is int for d in dims):
+            return table(dims, *args)
+        return of(dims, *args, concrete=False)
+
+    return kept
 
 
 @_per_rank
@@ -192,17 +202,6 @@ def _scatter_parts(
     return torch.cat(padded)
 
 
-def _scattering(
-    dims: tuple[DimLabels, ...], before: State, m: int, size: int, coord: Coord
-) -> tuple[tuple[Box, ...], _Tiling | None]:
-    """The box of each coordinate's part (``_scatter_parts``), and the dim along which they
-    cut the local tensor evenly in order, if they do (``_tiles``). Kept per step and rank,
-    as ``_exchanging``."""
-    if all(type(d.size) is int for d in dims):
-        return _scattering_table(dims, before, m, size, coord)
-    return _scattering_of(dims, before, m, size, coord, concrete=False)
-
-
 def _scattering_of(
     dims: tuple[DimLabels, ...],
     before: State,
@@ -211,6 +210,8 @@ def _scattering_of(
     coord: Coord,
     concrete: bool = True,
 ) -> tuple[tuple[Box, ...], _Tiling | None]:
+    """The box of each coordinate's part (``_scatter_parts``), and how they cut the local
+    tensor, if into equal pieces in order (``_tiles``)."""
     d = next(i for i, dim in enumerate(dims) if (1, m) in dim.slots)
     dim, slots = dims[d], before[d]
     shape = _shape(dims, before, coord)
@@ -225,7 +226,7 @@ def _scattering_of(
     return tuple(boxes), tiled if even else None
 
 
-_scattering_table = functools.lru_cache(maxsize=4096)(_scattering_of)
+_scattering = _kept(_scattering_of)
 
 
 @_per_rank
@@ -241,15 +242,8 @@ def _own_part(
     return y[:n].reshape(shape)
 
 
-def _exchange(
-    x: torch.Tensor,
-    plan: Plan,
-    step: Step,
-    mesh: DeviceMesh,
-    coord: Coord,
-    world: Group | None,
-    pending: bool = False,
-) -> torch.Tensor:
+def _exchange(x: torch.Tensor, at: At) -> torch.Tensor:
+    plan, step, mesh, coord, world = at.plan, at.step, at.mesh, at.coord, at.world
     if len(step.mesh_dims) == 1:
         (m,) = step.mesh_dims
         group: Any = (mesh, m)
@@ -273,16 +267,9 @@ def _exchange(
     return _unpack(_complex(recv, x), x, dims, before, after, md, peers, *coord)
 
 
-def _gathered(
-    x: torch.Tensor,
-    plan: Plan,
-    step: Step,
-    mesh: DeviceMesh,
-    coord: Coord,
-    world: Group | None,
-    pending: bool = False,
-) -> torch.Tensor:
+def _gathered(x: torch.Tensor, at: At) -> torch.Tensor:
     """An all-gather of equal blocks: every peer's whole local tensor, placed by the labels."""
+    plan, step, mesh, coord, pending = at.plan, at.step, at.mesh, at.coord, at.pending
     (m,) = step.mesh_dims
     group, peers = (mesh, m), _along(coord, m, mesh.size(m))
     # flat: ranks may hold blocks of one size but different shapes (a dim of size 0), which
@@ -319,21 +306,6 @@ def _place(
 _Placing = tuple[tuple[int, ...], tuple["Box", ...] | None, "_Tiling | None"]
 
 
-def _placing(
-    dims: tuple[DimLabels, ...],
-    before: State,
-    after: State,
-    peers: tuple[Coord, ...],
-    coord: Coord,
-) -> _Placing:
-    """A gather's new local shape, where each peer's block goes in it (None: the blocks, one
-    after another, are it) and the dim along which they cut it evenly in group order, if
-    they do (``_tiles``). Kept per step and rank, as ``_exchanging``."""
-    if all(type(d.size) is int for d in dims):
-        return _placing_table(dims, before, after, peers, coord)
-    return _placing_of(dims, before, after, peers, coord, concrete=False)
-
-
 def _placing_of(
     dims: tuple[DimLabels, ...],
     before: State,
@@ -342,6 +314,8 @@ def _placing_of(
     coord: Coord,
     concrete: bool = True,
 ) -> _Placing:
+    """A gather's new local shape, where each peer's block goes in it (None: the blocks, one
+    after another, are it) and how they cut it, if they do (``_tiles``)."""
     shape = _shape(dims, after, coord)
     boxes = tuple([_box(dims, after, coord, before, q) for q in peers])
     gathered = len(peers) * math.prod(_shape(dims, before, coord))  # every peer's block
@@ -350,7 +324,7 @@ def _placing_of(
     return shape, boxes, _tiles(boxes, shape) if concrete else None  # (see ``_exchange_of``)
 
 
-_placing_table = functools.lru_cache(maxsize=4096)(_placing_of)
+_placing = _kept(_placing_of)
 
 
 def _in_order(boxes: Sequence[Box], shape: tuple[int, ...], numel: int) -> bool:
@@ -465,21 +439,6 @@ class _Exchange(NamedTuple):
     pieces: int = 0
 
 
-def _exchanging(
-    dims: tuple[DimLabels, ...],
-    before: State,
-    after: State,
-    mesh_dims: tuple[int, ...],
-    peers: tuple[Coord, ...],
-    coord: Coord,
-) -> _Exchange:
-    """``_Exchange`` of the rank at ``coord``: kept per step and rank, as a program runs the
-    same redistributions every step (symbolic sizes, which cannot key a table, made anew)."""
-    if all(type(d.size) is int for d in dims):
-        return _exchange_table(dims, before, after, mesh_dims, peers, coord)
-    return _exchange_of(dims, before, after, mesh_dims, peers, coord, concrete=False)
-
-
 def _exchange_of(
     dims: tuple[DimLabels, ...],
     before: State,
@@ -534,7 +493,7 @@ def _exchange_of(
     )
 
 
-_exchange_table = functools.lru_cache(maxsize=4096)(_exchange_of)
+_exchanging = _kept(_exchange_of)
 
 
 def _layout(boxes: Sequence[Box], shape: tuple[int, ...]) -> _Tiling | None:
@@ -637,15 +596,8 @@ def _from_blocks(buf: torch.Tensor, t: _Tiling, n: int, shape: tuple[int, ...]) 
     return grid.movedim(0, d + 1).contiguous().view(shape)
 
 
-def _partition(
-    x: torch.Tensor,
-    plan: Plan,
-    step: Step,
-    mesh: DeviceMesh,
-    coord: Coord,
-    world: Group | None,
-    pending: bool = False,
-) -> torch.Tensor:
+def _partition(x: torch.Tensor, at: At) -> torch.Tensor:
+    step, mesh = at.step, at.mesh
     for m in step.mesh_dims:
         x = Partial(step.reduce_op or "sum")._partition_value(x, mesh, m)
     return x
