@@ -367,7 +367,7 @@ def _pack(
     the boxes' sizes (``_Exchange``)."""
     ex = _exchanging(dims, before, after, mesh_dims, peers, coord)
     if ex.send_as is not None:
-        return (_blocks_of(x, ex.send_as, ex.pieces), *ex.in_splits)
+        return (_blocks_of(x, ex.send_as, ex.members), *ex.in_splits)
     if not ex.sends:
         return (x.new_zeros((1,)), *ex.in_splits)
     return (torch.cat([_take(x, box).reshape(-1) for box in ex.sends]), *ex.in_splits)
@@ -399,7 +399,7 @@ def _unpack(
     """This rank's new local tensor: its own box from ``x``, every peer's from ``recv``."""
     ex = _exchanging(dims, before, after, mesh_dims, peers, coord)
     if ex.recv_as is not None:
-        return _from_blocks(recv, ex.recv_as, ex.pieces, ex.shape)
+        return _from_blocks(recv, ex.recv_as, ex.members, ex.shape)
     out = x.new_empty(ex.shape)
     if ex.own is not None:
         _put(out, ex.own[1], _take(x, ex.own[0]))
@@ -418,11 +418,11 @@ class _Exchange(NamedTuple):
     local tensor, and its lengths; ``shape``, the new local shape.
 
     Its own box stays local, unless one of the buffers is a layout of the tensor it packs or
-    unpacks (``send_as``, ``recv_as``; ``_layout``): the tensor itself in order, or its
-    ``pieces`` equal pieces along one dim in group order. Then that buffer is one strided
-    copy or none (``_blocks_of``, ``_from_blocks``) instead of a copy per peer, and
-    the rank sends its own box to itself (counted in both splits), so that its block sits in
-    its place in both buffers.
+    unpacks (``send_as``, ``recv_as``; ``_layout`` of the boxes of the ``members`` of its
+    group, itself included): the tensor itself in order, repeated, or cut into pieces along
+    one dim. Then that buffer is one op or a few (``_blocks_of``, ``_from_blocks``) instead of
+    a copy per peer, and the rank sends its own box to itself (counted in both splits), so
+    that its block sits in its place in both buffers.
 
     A rank that sends nothing sends itself one element (counted in both splits): the fake
     process group (dry runs, one rank of a large world) fills what a rank receives from
@@ -436,7 +436,7 @@ class _Exchange(NamedTuple):
     shape: tuple[int, ...]
     send_as: _Tiling | None = None
     recv_as: _Tiling | None = None
-    pieces: int = 0
+    members: int = 0
 
 
 def _exchange_of(
