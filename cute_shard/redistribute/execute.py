@@ -10,7 +10,13 @@ all-to-all with the boxes' sizes as splits), or a local partition (torch's own
 Where each box sits is read off the ownership labels (``labels.py``): along each tensor dim, a
 box is a few ranges of the sender's local index and a few of the receiver's, so packing and
 unpacking are ``narrow`` and ``copy_`` on contiguous buffers: no index tensors, which keeps the
-same code valid on real ranks, under ``LocalTensorMode`` and under ``torch.compile``.
+same code valid on real ranks, under ``LocalTensorMode`` and under ``torch.compile``. Most
+often the boxes of a group, in group order, are a layout of the local tensor (``_layout``):
+the tensor itself, its equal pieces along one dim (in rounds, for a ``_StridedShard``), its
+uneven pieces, or (sent) the tensor once per member; a buffer is then one op or a few, not a
+copy per peer. Example: ``(8, 64, 128)`` on (2, 4), ``[S0, S1] -> [S0, S2]``: each rank's
+``(4, 16, 128)`` cut into 4 column blocks of 32 is one strided copy, and the 4 blocks of
+``(4, 16, 32)`` received are its new ``(4, 64, 32)`` with one more.
 
 The rank-dependent parts (which boxes, their sizes) are pure functions of the plan and the
 rank's mesh coordinate, run through ``maybe_run_for_local_tensor``: on a real rank it calls
