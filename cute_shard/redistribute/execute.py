@@ -91,8 +91,8 @@ def execute(
 
 
 def _real(buf: torch.Tensor) -> torch.Tensor:
-    """A flat buffer as real numbers for a collective (gloo has no complex types): a complex
-    element is two reals, so the caller doubles its sizes."""
+    """A buffer as real numbers for a collective (gloo has no complex types): a complex one
+    goes flat, each element two reals, so the caller doubles its sizes."""
     return torch.view_as_real(buf).reshape(-1) if buf.is_complex() else buf
 
 
