@@ -34,6 +34,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import operator
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -273,6 +274,8 @@ def _order(spec: DTensorSpec) -> tuple[int, ...] | None:
     if meta is None or not set(map(type, (*meta.shape, *meta.stride))) <= _INT:
         return None
     sizes, strides = meta.shape, meta.stride
+    if all(map(operator.ge, strides, strides[1:])):  # (the usual case, told in C)
+        return None  # non-increasing strides: the order is the dims' own
     order = tuple(sorted(range(len(strides)), key=lambda d: (-strides[d], d)))
     big = [d for d in order if sizes[d] > 1]
     if big == sorted(big) or any(strides[d] == 0 for d in big):
